@@ -1,0 +1,20 @@
+"""txntable: Kafka's exactly-once machinery as a table format on object storage."""
+
+from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
+from txntable.producer import Producer
+from txntable.records import ConsumerRecord, RecordMetadata, TopicPartition
+from txntable.table import Table
+from txntable.warehouse import Warehouse
+
+__all__ = [
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "Consumer",
+    "ConsumerRecord",
+    "Producer",
+    "RecordMetadata",
+    "Table",
+    "TopicPartition",
+    "Warehouse",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,57 @@
+"""read_committed filtering: which entries of a fetch range a committed reader may see.
+
+This is the consumer algorithm of Kafka's fetcher (``CompletedFetch.nextFetchedRecord``):
+aborted-transaction entries are kept in a min-heap by first offset; walking the entries in
+offset order, every aborted entry whose first offset is at or below the current entry's last
+offset makes its producer "aborted"; a transactional batch of an aborted producer is
+skipped; that producer's ABORT marker clears it again. Markers themselves are never data.
+
+Both the Python consumer and the Spark reader use this one module. Because a segment is
+exactly one producer batch, a skipped batch is skipped without reading its segment.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+
+from txntable.actions import AbortedTxn, Batch, Marker
+
+Entry = Batch | Marker
+
+
+def classify_entries(
+    entries: Iterable[Entry], aborted: Iterable[AbortedTxn]
+) -> Iterator[tuple[Entry, bool]]:
+    """Yield every entry with whether a read_committed reader returns its records.
+
+    Args:
+        entries: Batches and markers of one partition in offset order, all below the LSO.
+        aborted: Aborted-transaction entries of that partition overlapping the range.
+
+    Yields:
+        ``(entry, visible)``: markers are never visible; a transactional batch of an aborted
+        producer is not visible; every other batch is.
+    """
+    heap = [(a.firstOffset, i, a.producerId) for i, a in enumerate(aborted)]
+    heapq.heapify(heap)
+    aborted_pids: set[int] = set()
+    for entry in entries:
+        pid = entry.producerId
+        if pid >= 0:
+            while heap and heap[0][0] <= entry.last_offset:
+                aborted_pids.add(heapq.heappop(heap)[2])
+        if isinstance(entry, Marker):
+            if entry.type == "ABORT":
+                aborted_pids.discard(pid)
+            yield entry, False
+        else:
+            yield entry, not (entry.transactional and pid in aborted_pids)
+
+
+def visible_batches(entries: Iterable[Entry], aborted: Iterable[AbortedTxn]) -> Iterator[Batch]:
+    """The batches a read_committed reader returns, in offset order."""
+    for entry, visible in classify_entries(entries, aborted):
+        if visible:
+            assert isinstance(entry, Batch)
+            yield entry

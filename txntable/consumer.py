@@ -1,0 +1,240 @@
+"""The consumer: assign partitions, seek, and poll records below the HW or the LSO.
+
+Under ``read_committed`` a poll returns only offsets below the last stable offset, with
+aborted transactions removed by :mod:`txntable.aborted` (the same module the Spark reader
+uses) and markers skipped; the position moves past both, so a read_committed consumer sees
+gaps, as with Kafka. ``read_uncommitted`` returns everything below the high watermark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from txntable import config
+from txntable.aborted import classify_entries
+from txntable.actions import Batch
+from txntable.errors import IllegalStateError, OffsetOutOfRangeError
+from txntable.records import ConsumerRecord, TopicPartition, read_segment, table_to_records
+from txntable.snapshot import PartitionState
+from txntable.storage.base import Store
+from txntable.table import Table
+from txntable.warehouse import Warehouse
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+_SEGMENT_CACHE_SIZE = 8
+
+
+class Consumer:
+    """Reads records from assigned table partitions.
+
+    Args:
+        warehouse: The warehouse of the tables.
+        isolation_level: ``"read_uncommitted"`` (Kafka's default) or ``"read_committed"``.
+        auto_offset_reset: Where a partition without a position starts: ``"earliest"``,
+            ``"latest"`` (Kafka's default) or ``"none"`` (raise).
+        max_poll_records: Default record limit of ``poll``.
+    """
+
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        isolation_level: str = READ_UNCOMMITTED,
+        auto_offset_reset: str = "latest",
+        max_poll_records: int = config.MAX_POLL_RECORDS_DEFAULT,
+        fetch_backoff_ms: int = config.FETCH_BACKOFF_MS_DEFAULT,
+    ) -> None:
+        if isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
+            raise ValueError(f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise ValueError("auto_offset_reset must be earliest, latest or none")
+        self.warehouse = warehouse
+        self.isolation_level = isolation_level
+        self.auto_offset_reset = auto_offset_reset
+        self.max_poll_records = max_poll_records
+        self.fetch_backoff_ms = fetch_backoff_ms
+        self._tables: dict[str, Table] = {}
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._segments: OrderedDict[str, pa.Table] = OrderedDict()
+        self._closed = False
+
+    # --- assignment and positions ----------------------------------------------------------
+
+    def _table(self, name: str) -> Table:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self.warehouse.table(name)
+        return table
+
+    def _partition(self, tp: TopicPartition, refresh: bool = False) -> PartitionState:
+        return self._table(tp.topic).snapshot(refresh=refresh).partition(tp.partition)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("consumer is closed")
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (replaces the previous assignment)."""
+        self._check_open()
+        tps = list(dict.fromkeys(partitions))
+        for tp in tps:
+            self._partition(tp)  # raises for unknown tables/partitions
+        self._assignment = tps
+        self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
+
+    def assignment(self) -> set[TopicPartition]:
+        """The assigned partitions."""
+        return set(self._assignment)
+
+    def _targets(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
+        tps = self._assignment if partitions is None else list(partitions)
+        for tp in tps:
+            if tp not in self._assignment:
+                raise IllegalStateError(f"{tp} is not assigned to this consumer")
+        return tps
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Set the next offset ``poll`` returns from for ``partition``."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError("offset must be non-negative")
+        self._targets([partition])
+        self._positions[partition] = offset
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Seek to the log start offset of each partition (all assigned if none given)."""
+        for tp in self._targets(partitions):
+            self._positions[tp] = self._partition(tp, refresh=True).log_start_offset
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Seek to the end offset (LSO under read_committed, else the high watermark)."""
+        for tp in self._targets(partitions):
+            self._positions[tp] = self._end(self._partition(tp, refresh=True))
+
+    def _end(self, part: PartitionState) -> int:
+        if self.isolation_level == READ_COMMITTED:
+            return part.last_stable_offset
+        return part.high_watermark
+
+    def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record ``poll`` would return for ``partition``."""
+        self._check_open()
+        self._targets([partition])
+        if partition not in self._positions:
+            self._reset(partition)
+        return self._positions[partition]
+
+    def _reset(self, tp: TopicPartition) -> None:
+        part = self._partition(tp, refresh=True)
+        if self.auto_offset_reset == "earliest":
+            self._positions[tp] = part.log_start_offset
+        elif self.auto_offset_reset == "latest":
+            self._positions[tp] = self._end(part)
+        else:
+            from txntable.errors import NoOffsetForPartitionError
+
+            raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset=none")
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """End offset per partition: the LSO under read_committed, else the high watermark."""
+        return {tp: self._end(self._partition(tp, refresh=True)) for tp in partitions}
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Log start offset per partition."""
+        return {tp: self._partition(tp, refresh=True).log_start_offset for tp in partitions}
+
+    # --- polling -------------------------------------------------------------------------
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Return records from the assigned partitions, waiting up to ``timeout_ms`` for some.
+
+        Raises:
+            OffsetOutOfRangeError: A position is outside the log and ``auto_offset_reset``
+                is ``none``.
+        """
+        self._check_open()
+        limit = self.max_poll_records if max_records is None else max_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            for table in {tp.topic for tp in self._assignment}:
+                self._table(table).snapshot(refresh=True)
+            out: dict[TopicPartition, list[ConsumerRecord]] = {}
+            remaining = limit
+            for tp in self._assignment:
+                if remaining <= 0:
+                    break
+                records = self._fetch(tp, remaining)
+                if records:
+                    out[tp] = records
+                    remaining -= len(records)
+            if out or time.monotonic() >= deadline:
+                return out
+            time.sleep(min(self.fetch_backoff_ms / 1000, max(deadline - time.monotonic(), 0)))
+
+    def _fetch(self, tp: TopicPartition, max_records: int) -> list[ConsumerRecord]:
+        if tp not in self._positions:
+            self._reset(tp)
+        part = self._partition(tp)
+        pos = self._positions[tp]
+        if pos < part.log_start_offset or pos > part.high_watermark:
+            if self.auto_offset_reset == "none":
+                raise OffsetOutOfRangeError(
+                    f"{tp}: offset {pos} outside [{part.log_start_offset}, {part.high_watermark}]"
+                )
+            self._reset(tp)
+            pos = self._positions[tp]
+        committed = self.isolation_level == READ_COMMITTED
+        upper = self._end(part)
+        entries = part.entries_between(pos, upper)
+        aborted = part.aborted_between(pos, upper) if committed else []
+        out: list[ConsumerRecord] = []
+        for entry, visible in classify_entries(entries, aborted) if committed else (
+            (e, isinstance(e, Batch)) for e in entries
+        ):
+            if len(out) >= max_records:
+                break
+            if not visible:
+                pos = max(pos, entry.next_offset)
+                continue
+            assert isinstance(entry, Batch)
+            segment = self._segment(entry)
+            start = max(pos - entry.baseOffset, 0)
+            stop = min(entry.count, start + max_records - len(out))
+            out.extend(
+                table_to_records(segment, tp.topic, tp.partition, entry.baseOffset, start, stop)
+            )
+            pos = entry.baseOffset + stop
+        self._positions[tp] = pos
+        return out
+
+    def _segment(self, batch: Batch) -> pa.Table:
+        cached = self._segments.get(batch.path)
+        if cached is not None:
+            self._segments.move_to_end(batch.path)
+            return cached
+        table = read_segment(self._table_store(), batch.path, batch.count)
+        self._segments[batch.path] = table
+        if len(self._segments) > _SEGMENT_CACHE_SIZE:
+            self._segments.popitem(last=False)
+        return table
+
+    def _table_store(self) -> Store:
+        return self.warehouse.store
+
+    def close(self) -> None:
+        """Release the consumer; further calls raise ``IllegalStateError``."""
+        self._closed = True
+        self._segments.clear()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

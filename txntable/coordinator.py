@@ -1,0 +1,396 @@
+"""The transaction coordinator without a server: one CAS object per transactional id.
+
+``_coordinator/txn/<transactional_id>.json`` holds Kafka's ``TransactionMetadata``; every
+state change is a ``put_if_match`` on it, so exactly one of any number of racing clients
+wins each transition and a producer whose epoch is behind is refused (fenced) at the CAS.
+Producer ids come from a block allocator, ``_coordinator/producer_ids.json``, also by CAS.
+
+Completing a transaction (writing markers to every participant, then the Complete state)
+is a function any client can run: the CAS to PrepareCommit/PrepareAbort is the decision,
+and markers are idempotent, so a crashed producer's transaction is finished by whoever
+notices it first.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from txntable import config
+from txntable.append import PendingMarker
+from txntable.errors import (
+    CorruptLogError,
+    InvalidTxnStateError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    ProducerFencedError,
+)
+from txntable.log import now_ms
+from txntable.names import validate_id
+from txntable.storage.base import Store
+from txntable.table import Table
+
+COORDINATOR_DIR = "_coordinator"
+PRODUCER_IDS_KEY = f"{COORDINATOR_DIR}/producer_ids.json"
+TXN_STATE_VERSION = 1
+#: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
+MAX_PRODUCER_EPOCH = 32767
+
+
+class TxnState(enum.Enum):
+    """Coordinator-side transaction states (Kafka's ``TransactionState``)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    DEAD = "Dead"
+
+
+S = TxnState
+#: Legal previous states of each state (Kafka's ``TransactionState.validPreviousStates``).
+VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
+    S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+    S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+}
+
+
+@dataclass(frozen=True)
+class TxnMetadata:
+    """The coordinator object of one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: TxnState
+    timeout_ms: int
+    partitions: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    txn_start_timestamp: int = -1
+    last_update_timestamp: int = 0
+    last_producer_id: int = -1
+    last_producer_epoch: int = -1
+
+    def to_json(self) -> bytes:
+        """Encode the object."""
+        return json.dumps(
+            {
+                "version": TXN_STATE_VERSION,
+                "transactionalId": self.transactional_id,
+                "producerId": self.producer_id,
+                "producerEpoch": self.producer_epoch,
+                "lastProducerId": self.last_producer_id,
+                "lastProducerEpoch": self.last_producer_epoch,
+                "state": self.state.value,
+                "txnTimeoutMs": self.timeout_ms,
+                "partitions": {t: list(ps) for t, ps in sorted(self.partitions.items())},
+                "txnStartTimestamp": self.txn_start_timestamp,
+                "lastUpdateTimestamp": self.last_update_timestamp,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @staticmethod
+    def from_json(data: bytes, path: str) -> TxnMetadata:
+        """Decode the object.
+
+        Raises:
+            CorruptLogError: If it is not a valid coordinator object.
+            UnsupportedProtocolError: If it was written by a newer protocol version.
+        """
+        from txntable.errors import UnsupportedProtocolError
+
+        try:
+            obj: dict[str, Any] = json.loads(data)
+            if obj.get("version", 0) > TXN_STATE_VERSION:
+                raise UnsupportedProtocolError(
+                    f"coordinator object version {obj['version']} is newer than "
+                    f"{TXN_STATE_VERSION} ({path})"
+                )
+            return TxnMetadata(
+                transactional_id=str(obj["transactionalId"]),
+                producer_id=int(obj["producerId"]),
+                producer_epoch=int(obj["producerEpoch"]),
+                state=TxnState(obj["state"]),
+                timeout_ms=int(obj["txnTimeoutMs"]),
+                partitions={
+                    str(t): tuple(int(p) for p in ps) for t, ps in obj["partitions"].items()
+                },
+                txn_start_timestamp=int(obj["txnStartTimestamp"]),
+                last_update_timestamp=int(obj["lastUpdateTimestamp"]),
+                last_producer_id=int(obj.get("lastProducerId", -1)),
+                last_producer_epoch=int(obj.get("lastProducerEpoch", -1)),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptLogError(f"invalid coordinator object ({e})", path) from None
+
+    def transition(self, to: TxnState, **changes: Any) -> TxnMetadata:
+        """A copy in state ``to``; raises if Kafka's state machine forbids the move.
+
+        Raises:
+            InvalidTxnStateError: If ``to`` cannot follow the current state.
+        """
+        if self.state not in VALID_PREVIOUS_STATES[to]:
+            raise InvalidTxnStateError(
+                f"transactional id {self.transactional_id}: cannot move from "
+                f"{self.state.value} to {to.value}"
+            )
+        return replace(self, state=to, last_update_timestamp=now_ms(), **changes)
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids from blocks reserved by CAS on ``producer_ids.json``."""
+
+    def __init__(self, store: Store, block_size: int = config.PRODUCER_ID_BLOCK_SIZE_DEFAULT):
+        self.store = store
+        self.block_size = block_size
+        self._next = 0
+        self._end = 0
+        self._lock = threading.Lock()
+
+    def allocate(self) -> int:
+        """A producer id never handed out before in this warehouse."""
+        with self._lock:
+            if self._next >= self._end:
+                self._next, self._end = self._reserve_block()
+            pid = self._next
+            self._next += 1
+            return pid
+
+    def _reserve_block(self) -> tuple[int, int]:
+        for _ in range(1000):
+            try:
+                obj = self.store.get(PRODUCER_IDS_KEY)
+            except ObjectNotFoundError:
+                try:
+                    body = {"version": 1, "nextBlockStart": self.block_size}
+                    self.store.put_if_absent(PRODUCER_IDS_KEY, json.dumps(body).encode())
+                    return 0, self.block_size
+                except ObjectExistsError:
+                    continue
+            try:
+                start = int(json.loads(obj.data)["nextBlockStart"])
+            except (ValueError, KeyError, TypeError):
+                raise CorruptLogError("invalid producer id block", PRODUCER_IDS_KEY) from None
+            body = {"version": 1, "nextBlockStart": start + self.block_size}
+            try:
+                self.store.put_if_match(PRODUCER_IDS_KEY, json.dumps(body).encode(), obj.etag)
+                return start, start + self.block_size
+            except PreconditionFailedError:
+                time.sleep(random.uniform(0, 0.01))
+        raise InvalidTxnStateError("could not reserve a producer id block")
+
+
+MarkerWriter = Callable[[str, tuple[int, ...], int, int, str], None]
+
+
+class TransactionCoordinator:
+    """CAS transitions of coordinator objects, and completion of prepared transactions."""
+
+    def __init__(self, store: Store, allocator: ProducerIdAllocator | None = None) -> None:
+        self.store = store
+        self.allocator = allocator or ProducerIdAllocator(store)
+        self._tables: dict[str, Table] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(transactional_id: str) -> str:
+        """Key of the coordinator object of ``transactional_id``."""
+        return f"{COORDINATOR_DIR}/txn/{validate_id('transactional id', transactional_id)}.json"
+
+    def load(self, transactional_id: str) -> tuple[TxnMetadata, str] | None:
+        """The current object and its etag, or ``None`` if there is none."""
+        key = self.key(transactional_id)
+        try:
+            obj = self.store.get(key)
+        except ObjectNotFoundError:
+            return None
+        return TxnMetadata.from_json(obj.data, key), obj.etag
+
+    def cas(self, meta: TxnMetadata, etag: str | None) -> str:
+        """Write ``meta`` if the object still has ``etag`` (``None``: if it does not exist).
+
+        Raises:
+            PreconditionFailedError: Another client changed the object first.
+        """
+        key = self.key(meta.transactional_id)
+        if etag is None:
+            return self.store.put_if_absent(key, meta.to_json())
+        return self.store.put_if_match(key, meta.to_json(), etag)
+
+    def _table(self, name: str) -> Table:
+        with self._lock:
+            if name not in self._tables:
+                self._tables[name] = Table(self.store, name)
+            return self._tables[name]
+
+    def write_markers(self, meta: TxnMetadata, marker_type: str) -> None:
+        """Write ``marker_type`` markers for ``meta``'s transaction to every participant.
+
+        One log commit per table covers all its partitions. Markers are skipped where the
+        producer has nothing open, so running this twice writes each marker once.
+        """
+        assert marker_type in ("COMMIT", "ABORT")
+        for table_name, partitions in sorted(meta.partitions.items()):
+            markers = [
+                PendingMarker(p, meta.producer_id, meta.producer_epoch, marker_type)  # type: ignore[arg-type]
+                for p in partitions
+            ]
+            self._table(table_name).append([], markers, transactional_id=meta.transactional_id)
+
+    def complete(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
+        """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state."""
+        if meta.state is TxnState.PREPARE_COMMIT:
+            self.write_markers(meta, "COMMIT")
+            done = meta.transition(TxnState.COMPLETE_COMMIT, partitions={}, txn_start_timestamp=-1)
+        elif meta.state is TxnState.PREPARE_ABORT:
+            self.write_markers(meta, "ABORT")
+            done = meta.transition(TxnState.COMPLETE_ABORT, partitions={}, txn_start_timestamp=-1)
+        else:
+            raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
+        return done, self.cas(done, etag)
+
+    def fence_and_abort(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
+        """Abort an Ongoing transaction with the epoch bumped, fencing its producer."""
+        fenced = meta.transition(TxnState.PREPARE_EPOCH_FENCE)
+        bumped = replace(fenced, producer_epoch=min(meta.producer_epoch + 1, MAX_PRODUCER_EPOCH))
+        prepared = bumped.transition(TxnState.PREPARE_ABORT)
+        etag = self.cas(prepared, etag)
+        return self.complete(prepared, etag)
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int
+    ) -> tuple[int, int]:
+        """Kafka's InitProducerId: finish or abort what a previous instance left, bump the epoch.
+
+        Returns:
+            The producer id and the new epoch.
+        """
+        while True:
+            loaded = self.load(transactional_id)
+            try:
+                if loaded is None:
+                    meta = TxnMetadata(
+                        transactional_id,
+                        self.allocator.allocate(),
+                        0,
+                        TxnState.EMPTY,
+                        timeout_ms,
+                        last_update_timestamp=now_ms(),
+                    )
+                    self.cas(meta, None)
+                    return meta.producer_id, meta.producer_epoch
+                meta, etag = loaded
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    self.complete(meta, etag)
+                    continue
+                if meta.state in (TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE):
+                    if meta.state is TxnState.PREPARE_EPOCH_FENCE:
+                        meta = replace(meta, state=TxnState.ONGOING)
+                    self.fence_and_abort(meta, etag)
+                    continue
+                if meta.state is TxnState.DEAD:
+                    raise InvalidTxnStateError(f"transactional id {transactional_id} is dead")
+                if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+                    # Epoch exhausted: rotate to a new producer id (Kafka's KIP-360).
+                    new = meta.transition(
+                        TxnState.EMPTY,
+                        producer_id=self.allocator.allocate(),
+                        producer_epoch=0,
+                        last_producer_id=meta.producer_id,
+                        last_producer_epoch=meta.producer_epoch,
+                        timeout_ms=timeout_ms,
+                    )
+                else:
+                    new = meta.transition(
+                        TxnState.EMPTY,
+                        producer_epoch=meta.producer_epoch + 1,
+                        last_producer_epoch=meta.producer_epoch,
+                        timeout_ms=timeout_ms,
+                    )
+                self.cas(new, etag)
+                return new.producer_id, new.producer_epoch
+            except PreconditionFailedError:
+                time.sleep(random.uniform(0, 0.01))
+
+    def _load_checked(self, transactional_id: str, pid: int, epoch: int) -> tuple[TxnMetadata, str]:
+        loaded = self.load(transactional_id)
+        if loaded is None:
+            raise InvalidTxnStateError(f"transactional id {transactional_id} is not initialised")
+        meta, etag = loaded
+        if meta.producer_id != pid or meta.producer_epoch != epoch:
+            raise ProducerFencedError(
+                f"transactional id {transactional_id}: producer {pid} epoch {epoch} is fenced "
+                f"by producer {meta.producer_id} epoch {meta.producer_epoch}"
+            )
+        return meta, etag
+
+    def add_partitions(
+        self, transactional_id: str, pid: int, epoch: int, partitions: dict[str, set[int]]
+    ) -> None:
+        """Kafka's AddPartitionsToTxn: register participants before their data is committed.
+
+        Raises:
+            ProducerFencedError: The object belongs to a newer epoch or another producer.
+        """
+        while True:
+            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            merged = {t: set(ps) for t, ps in meta.partitions.items()}
+            for t, ps in partitions.items():
+                merged.setdefault(t, set()).update(ps)
+            if meta.state is TxnState.ONGOING and all(
+                set(ps) <= set(meta.partitions.get(t, ())) for t, ps in partitions.items()
+            ):
+                return
+            start = meta.txn_start_timestamp if meta.state is TxnState.ONGOING else now_ms()
+            new = meta.transition(
+                TxnState.ONGOING,
+                partitions={t: tuple(sorted(ps)) for t, ps in merged.items()},
+                txn_start_timestamp=start,
+            )
+            try:
+                self.cas(new, etag)
+                return
+            except PreconditionFailedError:
+                continue
+
+    def end_transaction(self, transactional_id: str, pid: int, epoch: int, commit: bool) -> None:
+        """Kafka's EndTxn: CAS to Prepare*, write markers, CAS to Complete*.
+
+        Raises:
+            ProducerFencedError: The producer was fenced.
+            InvalidTxnStateError: The transaction was already ended otherwise (e.g. aborted
+                by a timeout) and the producer asked to commit it.
+        """
+        while True:
+            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                if meta.state is TxnState.COMPLETE_ABORT and commit:
+                    raise InvalidTxnStateError("transaction was aborted by the coordinator")
+                return  # nothing registered (empty transaction) or already completed
+            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            try:
+                prepared = meta.transition(target)
+                etag = self.cas(prepared, etag)
+            except PreconditionFailedError:
+                continue
+            try:
+                self.complete(prepared, etag)
+            except PreconditionFailedError:
+                continue  # another client completed it first: reload and confirm
+            return

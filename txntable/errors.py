@@ -1,0 +1,173 @@
+"""The txntable error hierarchy.
+
+Every error raised on purpose by txntable derives from :class:`TxnTableError`. Names follow
+Kafka's client exceptions where Kafka has one, so a Kafka user recognises them.
+"""
+
+from __future__ import annotations
+
+
+class TxnTableError(Exception):
+    """Root of every error raised by txntable."""
+
+
+# --- storage -------------------------------------------------------------------------------
+
+
+class StorageError(TxnTableError):
+    """A storage request failed in a way the caller cannot fix by retrying the same request."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The requested object does not exist."""
+
+
+class PreconditionFailedError(StorageError):
+    """A conditional write lost: the object exists (If-None-Match) or changed (If-Match)."""
+
+
+class ObjectExistsError(PreconditionFailedError):
+    """``put_if_absent`` found the object already present."""
+
+
+class TransientStorageError(StorageError):
+    """A request whose outcome is unknown or that may succeed if retried (timeouts, 5xx, 409)."""
+
+
+class InvalidPathError(TxnTableError):
+    """A key or URL would escape the warehouse root or is otherwise malformed."""
+
+
+class ConditionalWriteUnsupportedError(StorageError):
+    """The backend cannot perform conditional writes (``put_if_absent`` / ``put_if_match``)."""
+
+
+# --- log and protocol ------------------------------------------------------------------------
+
+
+class CorruptLogError(TxnTableError):
+    """A log version, checkpoint or coordinator object cannot be parsed or is inconsistent."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(f"{message} ({path})" if path else message)
+        self.path = path
+
+
+class UnsupportedProtocolError(TxnTableError):
+    """The table needs a reader or writer protocol version this client does not implement."""
+
+
+class MissingSegmentError(TxnTableError):
+    """A segment referenced by a committed batch is missing from storage."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class CommitConflictError(TxnTableError):
+    """A log commit kept losing the race for the next version until retries ran out."""
+
+
+class SchemaMismatchError(TxnTableError):
+    """Records or a segment do not match the table's record schema."""
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+class InvalidTableNameError(InvalidPathError):
+    """A table, group or transactional id name is empty, too long or would escape the root."""
+
+
+class TableNotFoundError(TxnTableError):
+    """The warehouse has no table with that name."""
+
+
+class TableExistsError(TxnTableError):
+    """``create_table`` found a table with that name already."""
+
+
+class UnknownTopicOrPartitionError(TxnTableError):
+    """The partition number is outside the table's partitions."""
+
+
+# --- producer ------------------------------------------------------------------------------
+
+
+class ProducerFencedError(TxnTableError):
+    """Another producer with the same transactional id (or a newer epoch) has taken over."""
+
+
+class InvalidProducerEpochError(ProducerFencedError):
+    """A batch or marker carries an epoch older than the one the log knows."""
+
+
+class OutOfOrderSequenceError(TxnTableError):
+    """A batch's sequence number does not follow the last one the log holds for the producer."""
+
+
+class DuplicateSequenceError(TxnTableError):
+    """A batch repeats a sequence the log holds but not one of the last five batches."""
+
+
+class InvalidTxnStateError(TxnTableError):
+    """The call is not legal in the producer's or coordinator's current transaction state."""
+
+
+class TransactionAbortedError(TxnTableError):
+    """The transaction was aborted (by timeout or recovery) before it could commit."""
+
+
+class InvalidPidMappingError(TxnTableError):
+    """The coordinator has no producer id for this transactional id."""
+
+
+class RecordTooLargeError(TxnTableError):
+    """A record is larger than ``max_request_size``."""
+
+
+class BufferExhaustedError(TxnTableError):
+    """``send`` waited ``max_block_ms`` for buffer memory and none was freed (Kafka's TimeoutException)."""
+
+
+class KafkaTimeoutError(TxnTableError):
+    """An operation did not finish within its time limit."""
+
+
+class TransactionTimeoutError(TransactionAbortedError):
+    """The transaction ran past ``transaction_timeout_ms`` and was aborted."""
+
+
+class IllegalStateError(TxnTableError):
+    """The client was used after ``close`` or otherwise out of order."""
+
+
+# --- consumer and groups ---------------------------------------------------------------------
+
+
+class OffsetOutOfRangeError(TxnTableError):
+    """A fetch position is below the log start offset or above the high watermark."""
+
+
+class OffsetMetadataTooLargeError(TxnTableError):
+    """Offset commit metadata is longer than the group's limit."""
+
+
+class UnstableOffsetCommitError(TxnTableError):
+    """A transactional offset commit for the partition is pending (KIP-447)."""
+
+
+class IllegalGenerationError(TxnTableError):
+    """An offset commit carries a stale group generation."""
+
+
+class NoOffsetForPartitionError(TxnTableError):
+    """No committed offset and ``auto_offset_reset`` is ``none``."""
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+class InvalidConfigurationError(TxnTableError, ValueError):
+    """An option value is unknown, malformed or out of range (Kafka's ConfigException)."""

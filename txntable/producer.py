@@ -1,0 +1,457 @@
+"""The producer: batching, idempotence and transactions on top of table appends.
+
+Records are buffered per table partition. A flush — ``batch_size`` reached, ``linger_ms``
+elapsed, ``flush()`` or ``commit_transaction()`` — writes one Parquet segment per partition
+and commits all of a table's segments as one log version. Each batch carries the producer
+id, epoch and base sequence, so a retried append is recognised as a duplicate and gets its
+original offsets back, as with Kafka's idempotent producer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from txntable import config
+from txntable.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from txntable.append import PendingBatch
+from txntable.coordinator import TransactionCoordinator
+from txntable.errors import (
+    BufferExhaustedError,
+    IllegalStateError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransientStorageError,
+    TxnTableError,
+)
+from txntable.log import now_ms
+from txntable.partitioner import StickyPartitioner
+from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
+from txntable.table import Table
+from txntable.transaction_manager import ClientTxnState, TransactionManager
+from txntable.warehouse import Warehouse
+
+_C = ClientTxnState
+T = TypeVar("T")
+
+
+@dataclass
+class _Buffer:
+    records: list[ProducerRecord] = field(default_factory=list)
+    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    size: int = 0
+    created: float = 0.0
+
+
+@dataclass
+class _Drained:
+    tp: TopicPartition
+    records: list[ProducerRecord]
+    futures: list[Future[RecordMetadata]]
+    size: int
+
+
+class Producer:
+    """Writes records to tables, idempotently and optionally in transactions.
+
+    Args:
+        warehouse: The warehouse of the tables.
+        transactional_id: Enables transactions; one live producer per id (others are fenced).
+        enable_idempotence: Carry producer id and sequences so retries never duplicate
+            (Kafka's default, and required for transactions).
+        batch_size: Bytes buffered for one partition that trigger a flush.
+        linger_ms: How long a record may wait in the buffer for others to join it.
+        buffer_memory: Bytes the producer may buffer; ``send`` blocks when it is full.
+        max_block_ms: How long ``send`` blocks on a full buffer before raising.
+        max_request_size: Largest record accepted.
+        transaction_timeout_ms: After this, the transaction may be aborted by others.
+        delivery_timeout_ms: How long a flush retries transient storage errors.
+    """
+
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        transactional_id: str | None = None,
+        enable_idempotence: bool = True,
+        batch_size: int = config.BATCH_SIZE_DEFAULT,
+        linger_ms: int = config.LINGER_MS_DEFAULT,
+        buffer_memory: int = config.BUFFER_MEMORY_DEFAULT,
+        max_block_ms: int = config.MAX_BLOCK_MS_DEFAULT,
+        max_request_size: int = config.MAX_REQUEST_SIZE_DEFAULT,
+        transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
+        delivery_timeout_ms: int = 120_000,
+    ) -> None:
+        if transactional_id is not None and not enable_idempotence:
+            raise ValueError("transactions need enable_idempotence=True")
+        self.warehouse = warehouse
+        self.store = warehouse.store
+        self.transactional_id = transactional_id
+        self.enable_idempotence = enable_idempotence
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.max_block_ms = max_block_ms
+        self.max_request_size = max_request_size
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.coordinator = TransactionCoordinator(self.store)
+        self.txn = TransactionManager(transactional_id) if transactional_id else None
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self._sequences: dict[TopicPartition, int] = {}
+        self._txn_partitions: dict[str, set[int]] = {}
+        self._txn_error: TxnTableError | None = None
+        self._tables: dict[str, Table] = {}
+        self._partitioner = StickyPartitioner()
+        self._buffers: dict[TopicPartition, _Buffer] = {}
+        self._buffered_bytes = 0
+        self._in_flight: list[Future[RecordMetadata]] = []
+        self._flush_requested = False
+        self._closed = False
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()  # one flush at a time
+        self._sender = threading.Thread(target=self._run_sender, name="txntable-sender", daemon=True)
+        self._sender.start()
+
+    # --- transactions --------------------------------------------------------------------
+
+    def _require_txn(self) -> TransactionManager:
+        if self.txn is None:
+            raise InvalidTxnStateError("this producer has no transactional_id")
+        return self.txn
+
+    def init_transactions(self) -> None:
+        """Register the transactional id: fence older instances and finish their transaction.
+
+        A transaction the previous instance left Ongoing is aborted; one it left prepared
+        is completed. The epoch is bumped, so the old instance is fenced everywhere.
+        """
+        txn = self._require_txn()
+        txn.transition(_C.INITIALIZING)
+        assert self.transactional_id is not None
+        try:
+            self.producer_id, self.producer_epoch = self.coordinator.init_producer_id(
+                self.transactional_id, self.transaction_timeout_ms
+            )
+        except TxnTableError as e:
+            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
+            raise
+        self._sequences.clear()
+        txn.transition(_C.READY)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction; every ``send`` until commit or abort belongs to it."""
+        txn = self._require_txn()
+        txn.require("begin a transaction", _C.READY)
+        self._txn_partitions = {}
+        self._txn_error = None
+        txn.transition(_C.IN_TRANSACTION)
+
+    def commit_transaction(self) -> None:
+        """Flush, then commit: markers on every partition written, atomically decided.
+
+        Raises:
+            ProducerFencedError: A newer instance took over; nothing of this
+                transaction becomes visible.
+            TxnTableError: A send of the transaction failed; call ``abort_transaction``.
+        """
+        txn = self._require_txn()
+        txn.require("commit a transaction", _C.IN_TRANSACTION)
+        txn.transition(_C.COMMITTING_TRANSACTION)
+        self._wait_all()
+        if self._txn_error is not None:
+            txn.fail(self._txn_error, fatal=isinstance(self._txn_error, ProducerFencedError))
+            raise self._txn_error
+        self._end_transaction(commit=True)
+
+    def abort_transaction(self) -> None:
+        """Abort: drop unsent records, then write ABORT markers where data was committed."""
+        txn = self._require_txn()
+        txn.require("abort a transaction", _C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
+        txn.transition(_C.ABORTING_TRANSACTION)
+        self._drop_buffered(InvalidTxnStateError("transaction aborted before send"))
+        self._wait_all()
+        self._end_transaction(commit=False)
+
+    def _end_transaction(self, commit: bool) -> None:
+        txn = self._require_txn()
+        assert self.transactional_id is not None
+        try:
+            if self._txn_partitions:
+                self.coordinator.end_transaction(
+                    self.transactional_id, self.producer_id, self.producer_epoch, commit
+                )
+        except ProducerFencedError as e:
+            txn.fail(e, fatal=True)
+            raise
+        except TxnTableError as e:
+            txn.fail(e, fatal=False)
+            raise
+        self._txn_partitions = {}
+        if not commit and self._txn_error is not None:
+            # Sequences of the failed batches are burnt: start over under a bumped epoch.
+            self.producer_id, self.producer_epoch = self.coordinator.init_producer_id(
+                self.transactional_id, self.transaction_timeout_ms
+            )
+            self._sequences.clear()
+            self._txn_error = None
+        txn.transition(_C.READY)
+
+    # --- sending -------------------------------------------------------------------------
+
+    def _table(self, name: str) -> Table:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = self.warehouse.table(name)
+            table.snapshot()
+        return table
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[Header] | None = None,
+        timestamp: int | None = None,
+    ) -> Future[RecordMetadata]:
+        """Buffer a record for ``topic``; the future completes when its batch is committed.
+
+        Raises:
+            RecordTooLargeError: The record is larger than ``max_request_size``.
+            BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
+            InvalidTxnStateError: A transactional producer is not in a transaction.
+            ProducerFencedError: The producer was fenced.
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send after the producer is closed")
+        if self.txn is not None:
+            self.txn.require("send", _C.IN_TRANSACTION)
+        for name, v in (("key", key), ("value", value)):
+            if v is not None and not isinstance(v, bytes | bytearray | memoryview):
+                raise TypeError(f"{name} must be bytes or None, not {type(v).__name__}")
+        record = ProducerRecord(
+            None if key is None else bytes(key),
+            None if value is None else bytes(value),
+            tuple((str(k), None if v is None else bytes(v)) for k, v in headers or ()),
+            now_ms() if timestamp is None else int(timestamp),
+        )
+        size = record.size_in_bytes()
+        if size > self.max_request_size or size > self.buffer_memory:
+            raise RecordTooLargeError(
+                f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
+            )
+        table = self._table(topic)
+        n = table.num_partitions
+        if partition is None:
+            partition = self._partitioner.partition(topic, record.key, n)
+        elif not 0 <= partition < n:
+            from txntable.errors import UnknownTopicOrPartitionError
+
+            raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
+        tp = TopicPartition(topic, partition)
+        future: Future[RecordMetadata] = Future()
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        with self._cond:
+            while self._buffered_bytes + size > self.buffer_memory:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BufferExhaustedError(
+                        f"failed to allocate {size} bytes within max_block_ms={self.max_block_ms}"
+                    )
+                self._cond.wait(remaining)
+            buf = self._buffers.get(tp)
+            if buf is None:
+                buf = self._buffers[tp] = _Buffer(created=time.monotonic())
+            buf.records.append(record)
+            buf.futures.append(future)
+            buf.size += size
+            self._buffered_bytes += size
+            if buf.size >= self.batch_size or self.linger_ms <= 0:
+                self._cond.notify_all()
+            elif len(buf.records) == 1:
+                self._cond.notify_all()  # the sender recomputes its linger deadline
+        return future
+
+    def flush(self) -> None:
+        """Send everything buffered and wait until it is committed (or failed)."""
+        self._wait_all()
+
+    def _wait_all(self) -> None:
+        with self._cond:
+            futures = [f for b in self._buffers.values() for f in b.futures] + list(self._in_flight)
+            self._flush_requested = True
+            self._cond.notify_all()
+        for f in futures:
+            try:
+                f.result()
+            except TxnTableError:
+                pass  # the error is the future's; transactional errors are kept separately
+
+    def _drop_buffered(self, error: TxnTableError) -> None:
+        with self._cond:
+            buffers, self._buffers = self._buffers, {}
+            for buf in buffers.values():
+                self._buffered_bytes -= buf.size
+                for f in buf.futures:
+                    f.set_exception(error)
+            self._cond.notify_all()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush what is buffered and stop the sender."""
+        if self._closed:
+            return
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._sender.join(timeout)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the sender ----------------------------------------------------------------------
+
+    def _ready(self, now: float) -> tuple[bool, float | None]:
+        if not self._buffers:
+            return False, None
+        if self._flush_requested:
+            return True, None
+        oldest = min(b.created for b in self._buffers.values())
+        due = oldest + self.linger_ms / 1000
+        full = any(b.size >= self.batch_size for b in self._buffers.values())
+        return (full or now >= due), max(due - now, 0.0)
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    ready, wait = self._ready(time.monotonic())
+                    if ready:
+                        break
+                    if self._closed and not self._buffers:
+                        return
+                    self._flush_requested = False if not self._buffers else self._flush_requested
+                    self._cond.wait(wait)
+                drained = [
+                    _Drained(tp, b.records, b.futures, b.size) for tp, b in self._buffers.items()
+                ]
+                self._buffers = {}
+                self._flush_requested = False
+                self._in_flight = [f for d in drained for f in d.futures]
+            try:
+                self._send(drained)
+            finally:
+                with self._cond:
+                    self._buffered_bytes -= sum(d.size for d in drained)
+                    self._in_flight = []
+                    self._cond.notify_all()
+
+    def _ensure_producer_id(self) -> None:
+        if self.enable_idempotence and self.producer_id == NO_PRODUCER_ID:
+            self.producer_id = self.coordinator.allocator.allocate()
+            self.producer_epoch = 0
+
+    def _send(self, drained: list[_Drained]) -> None:
+        by_table: dict[str, list[_Drained]] = {}
+        for d in drained:
+            by_table.setdefault(d.tp.topic, []).append(d)
+        for topic, items in by_table.items():
+            try:
+                self._send_table(topic, sorted(items, key=lambda d: d.tp.partition))
+            except TxnTableError as e:
+                for d in items:
+                    for f in d.futures:
+                        if not f.done():
+                            f.set_exception(e)
+                self._on_send_error(e)
+            except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
+                for d in items:
+                    for f in d.futures:
+                        if not f.done():
+                            f.set_exception(e)
+                raise
+
+    def _on_send_error(self, error: TxnTableError) -> None:
+        if self.txn is not None:
+            fatal = isinstance(error, ProducerFencedError)
+            self._txn_error = error
+            self.txn.fail(error, fatal=fatal)
+        elif isinstance(error, OutOfOrderSequenceError):
+            # Sequences of the lost batch are burnt: continue under a fresh epoch (KIP-360).
+            self.producer_epoch += 1
+            self._sequences.clear()
+
+    def _send_table(self, topic: str, items: list[_Drained]) -> None:
+        self._ensure_producer_id()
+        table = self._table(topic)
+        pending: list[PendingBatch] = []
+        for d in items:
+            seq = NO_SEQUENCE
+            if self.enable_idempotence:
+                seq = self._sequences.get(d.tp, 0)
+                self._sequences[d.tp] = (seq + len(d.records)) % (2**31)
+            path = table.segment_key(d.tp.partition, f"{uuid.uuid4().hex}.parquet")
+            data = encode_segment(d.records)
+            self._retry(lambda path=path, data=data: self.store.put(path, data))
+            stamps = [r.timestamp for r in d.records]
+            pending.append(
+                PendingBatch(
+                    partition=d.tp.partition,
+                    path=path,
+                    count=len(d.records),
+                    size=len(data),
+                    producer_id=self.producer_id,
+                    producer_epoch=self.producer_epoch,
+                    base_sequence=seq,
+                    transactional=self.txn is not None,
+                    min_timestamp=min(stamps),
+                    max_timestamp=max(stamps),
+                )
+            )
+            self._partitioner.on_new_batch(topic, table.num_partitions)
+        if self.txn is not None:
+            new = {d.tp.partition for d in items} - self._txn_partitions.get(topic, set())
+            if new:
+                assert self.transactional_id is not None
+                self.coordinator.add_partitions(
+                    self.transactional_id, self.producer_id, self.producer_epoch, {topic: new}
+                )
+                self._txn_partitions.setdefault(topic, set()).update(new)
+        result, _ = self._retry(
+            lambda: table.append(pending, transactional_id=self.transactional_id)
+        )
+        for d, base in zip(items, result.base_offsets, strict=True):
+            for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
+                f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.
+
+        A retried append carries the same producer id, epoch and sequences, so if an earlier
+        attempt did land the log recognises the duplicate and returns the original offsets.
+        """
+        deadline = time.monotonic() + self.delivery_timeout_ms / 1000
+        backoff = 0.01
+        while True:
+            try:
+                return fn()
+            except (TransientStorageError, OSError):
+                if time.monotonic() + backoff > deadline:
+                    raise
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """Partition numbers of ``topic``."""
+        return list(range(self._table(topic).num_partitions))

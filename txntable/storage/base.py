@@ -1,0 +1,151 @@
+"""The one interface through which txntable reaches storage.
+
+Keys are ``/``-separated paths relative to the warehouse root. Every store offers plain and
+conditional writes; the log and the coordinator are built only on these primitives:
+
+* ``put_if_absent`` is ``If-None-Match: *``: the winner of a race creates the object, every
+  loser gets :class:`~txntable.errors.ObjectExistsError`.
+* ``put_if_match`` is ``If-Match: <etag>``: compare-and-swap on a whole object.
+
+A request whose outcome is unknown raises :class:`~txntable.errors.TransientStorageError`;
+callers resolve it by reading back, never by blindly writing again.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from txntable.errors import InvalidPathError
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """Metadata of a stored object."""
+
+    key: str
+    etag: str
+    size: int
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object's bytes together with the etag they were read at."""
+
+    data: bytes
+    etag: str
+
+
+def validate_key(key: str) -> str:
+    """Reject keys that are empty, absolute, or would escape the root through ``..``.
+
+    Args:
+        key: A store-relative key.
+
+    Returns:
+        The key unchanged.
+
+    Raises:
+        InvalidPathError: If the key is not a clean relative path.
+    """
+    if not key or key.startswith("/") or "\\" in key or "\x00" in key:
+        raise InvalidPathError(f"invalid storage key {key!r}")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise InvalidPathError(f"invalid storage key {key!r}")
+    return key
+
+
+class Store(abc.ABC):
+    """Object storage with conditional writes, rooted at one warehouse location."""
+
+    #: URL of the warehouse root this store serves (used to reopen it in another process).
+    url: str = ""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> StoredObject:
+        """Read an object.
+
+        Raises:
+            ObjectNotFoundError: If the key does not exist.
+        """
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Return the object's metadata, or ``None`` if it does not exist."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> str:
+        """Write an object unconditionally and return its new etag."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create an object only if the key does not exist; return its etag.
+
+        Raises:
+            ObjectExistsError: If the key already exists.
+        """
+
+    @abc.abstractmethod
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace an object only if its current etag equals ``etag``; return the new etag.
+
+        Raises:
+            PreconditionFailedError: If the object changed since ``etag`` was read.
+            ObjectNotFoundError: If the object does not exist.
+        """
+
+    @abc.abstractmethod
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        """Yield keys starting with ``prefix`` in lexicographic order, after ``start_after``."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete an object; deleting a missing key is not an error."""
+
+    def exists(self, key: str) -> bool:
+        """Return whether the key exists."""
+        return self.head(key) is not None
+
+    def storage_options(self) -> dict[str, str]:
+        """Options that, with :attr:`url`, reopen this store in another process."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources held by the store."""
+
+
+class StoreWrapper(Store):
+    """A store that forwards every request to an inner store; subclass to observe or inject."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def get(self, key: str) -> StoredObject:
+        return self.inner.get(key)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        return self.inner.head(key)
+
+    def put(self, key: str, data: bytes) -> str:
+        return self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def storage_options(self) -> dict[str, str]:
+        return self.inner.storage_options()
+
+    def close(self) -> None:
+        self.inner.close()

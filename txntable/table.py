@@ -1,0 +1,125 @@
+"""A table handle: its log, a cached snapshot, appends and ``describe``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from txntable.actions import AppTxn
+from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
+from txntable.log import CommitPlan, Log, now_ms
+from txntable.snapshot import TableSnapshot
+from txntable.storage.base import Store
+
+
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A transaction holding back a partition's LSO."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """Offsets of one partition, as ``Table.describe`` reports them."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    open_transactions: tuple[OpenTransaction, ...]
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """What ``Table.describe`` returns."""
+
+    name: str
+    table_id: str
+    version: int
+    partitions: tuple[PartitionDescription, ...]
+
+
+class Table:
+    """One table of a warehouse. Each handle keeps its own snapshot, refreshed incrementally.
+
+    A handle is safe to share between threads; readers that must not see a snapshot change
+    under them take their own handle.
+    """
+
+    def __init__(self, store: Store, name: str, log: Log | None = None) -> None:
+        self.store = store
+        self.name = name
+        self.log = log or Log(store, name)
+        self._lock = threading.RLock()
+        self._snapshot: TableSnapshot | None = None
+
+    def snapshot(self, refresh: bool = True) -> TableSnapshot:
+        """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
+        with self._lock:
+            if self._snapshot is None:
+                self._snapshot = self.log.load()
+            elif refresh:
+                self.log.refresh(self._snapshot)
+            return self._snapshot
+
+    def snapshot_at(self, version: int) -> TableSnapshot:
+        """A new snapshot as of ``version`` (time travel)."""
+        return self.log.load(version)
+
+    @property
+    def num_partitions(self) -> int:
+        """Number of partitions."""
+        return self.snapshot(refresh=False).num_partitions
+
+    def segment_key(self, partition: int, file_name: str) -> str:
+        """Store key of a segment file of ``partition``."""
+        return f"{self.name}/data/{partition}/{file_name}"
+
+    def append(
+        self,
+        batches: list[PendingBatch],
+        markers: list[PendingMarker] | None = None,
+        app_txn: AppTxn | None = None,
+        transactional_id: str | None = None,
+    ) -> tuple[AppendResult, int]:
+        """Commit already-written segments and/or markers as one log version.
+
+        Returns:
+            Offsets assigned (duplicates get their original offsets) and the version.
+        """
+        marks = markers or []
+        with self._lock:
+            snap = self.snapshot(refresh=False)
+
+            def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
+                return plan_append(s, batches, marks, app_txn, now_ms())
+
+            plan, version = self.log.commit(snap, build, transactional_id)
+            return plan.result, version
+
+    def describe(self) -> TableDescription:
+        """Per partition: log start offset, high watermark, LSO and open transactions."""
+        snap = self.snapshot()
+        assert snap.metadata is not None
+        return TableDescription(
+            name=self.name,
+            table_id=snap.metadata.tableId,
+            version=snap.version,
+            partitions=tuple(
+                PartitionDescription(
+                    partition=p.partition,
+                    log_start_offset=p.log_start_offset,
+                    high_watermark=p.high_watermark,
+                    last_stable_offset=p.last_stable_offset,
+                    open_transactions=tuple(
+                        OpenTransaction(pid, first) for pid, first in sorted(p.ongoing.items())
+                    ),
+                )
+                for p in snap.partitions
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return f"Table({self.name!r})"

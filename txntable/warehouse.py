@@ -1,0 +1,105 @@
+"""The warehouse: a root location holding tables, the coordinator and consumer groups."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from txntable.actions import (
+    READER_VERSION,
+    WRITER_VERSION,
+    CommitInfo,
+    Metadata,
+    Protocol,
+    encode_actions,
+)
+from txntable.errors import ObjectExistsError, TableExistsError, TableNotFoundError
+from txntable.log import Log, now_ms
+from txntable.names import validate_table_name
+from txntable.storage.base import Store
+from txntable.table import Table
+
+COORDINATOR_DIR = "_coordinator"
+GROUPS_DIR = "_groups"
+
+
+class Warehouse:
+    """A warehouse of tables at ``url``.
+
+    Args:
+        url: ``file:///path`` or a plain path (local disk, the default), ``memory://name``,
+            ``s3://bucket/prefix``.
+        storage_options: Backend options (endpoint, region, credentials, …).
+        store: A store to use instead of opening ``url`` (e.g. a counting or fault-injecting
+            wrapper).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        store: Store | None = None,
+    ) -> None:
+        if store is None:
+            if url is None:
+                raise ValueError("Warehouse needs a url or a store")
+            from txntable.storage import open_store
+
+            store = open_store(url, dict(storage_options or {}))
+        self.store = store
+        self.url = url or store.url
+        self.storage_options = dict(storage_options or {})
+
+    def create_table(
+        self, name: str, partitions: int = 1, configuration: Mapping[str, str] | None = None
+    ) -> Table:
+        """Create a table with the default record schema (key, value, headers, timestamp).
+
+        Raises:
+            InvalidTableNameError: If the name is illegal.
+            TableExistsError: If the table exists.
+        """
+        validate_table_name(name)
+        if not isinstance(partitions, int) or partitions <= 0:
+            raise ValueError("partitions must be a positive integer")
+        log = Log(self.store, name)
+        actions = [
+            Protocol(READER_VERSION, WRITER_VERSION),
+            Metadata(
+                tableId=str(uuid.uuid4()),
+                name=name,
+                partitions=partitions,
+                createdTime=now_ms(),
+                configuration=dict(configuration or {}),
+            ),
+            CommitInfo(now_ms(), "CREATE TABLE", uuid.uuid4().hex),
+        ]
+        try:
+            self.store.put_if_absent(log.version_key(0), encode_actions(actions))
+        except ObjectExistsError:
+            raise TableExistsError(f"table {name!r} already exists") from None
+        return Table(self.store, name, log)
+
+    def table(self, name: str) -> Table:
+        """A new handle on table ``name``.
+
+        Raises:
+            TableNotFoundError: If there is no such table.
+        """
+        validate_table_name(name)
+        table = Table(self.store, name)
+        if not table.log.exists():
+            raise TableNotFoundError(f"no table {name!r} in {self.url}")
+        return table
+
+    def list_tables(self) -> list[str]:
+        """Names of the warehouse's tables."""
+        names = set()
+        for key in self.store.list(""):
+            first, _, rest = key.partition("/")
+            if rest == f"_log/{0:020d}.json":
+                names.add(first)
+        return sorted(names)
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.url!r})"
