@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 from txntable.errors import CorruptLogError, UnsupportedProtocolError
 
@@ -192,9 +192,17 @@ class CommitInfo:
     transactionalId: str | None = None
 
 
-Action = Union[
-    Protocol, Metadata, Batch, Marker, AbortedTxn, OffsetCommit, AppTxn, LogStart, CommitInfo
-]
+Action = (
+    Protocol
+    | Metadata
+    | Batch
+    | Marker
+    | AbortedTxn
+    | OffsetCommit
+    | AppTxn
+    | LogStart
+    | CommitInfo
+)
 
 ACTION_TYPES: dict[str, type] = {
     cls.NAME: cls

@@ -128,7 +128,7 @@ class RecordTooLargeError(TxnTableError):
 
 
 class BufferExhaustedError(TxnTableError):
-    """``send`` waited ``max_block_ms`` for buffer memory and none was freed (Kafka's TimeoutException)."""
+    """``send`` waited ``max_block_ms`` for buffer memory (Kafka's TimeoutException)."""
 
 
 class KafkaTimeoutError(TxnTableError):

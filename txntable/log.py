@@ -266,7 +266,8 @@ class Log:
         failure here is reported to nobody and costs only a longer replay later.
         """
         try:
-            self.store.put(self.checkpoint_key(snap.version), encode_actions(checkpoint_actions(snap)))
+            data = encode_actions(checkpoint_actions(snap))
+            self.store.put(self.checkpoint_key(snap.version), data)
             self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
         except (TransientStorageError, OSError):
             pass

@@ -116,8 +116,9 @@ class Producer:
         self._flush_requested = False
         self._closed = False
         self._cond = threading.Condition()
-        self._send_lock = threading.Lock()  # one flush at a time
-        self._sender = threading.Thread(target=self._run_sender, name="txntable-sender", daemon=True)
+        self._sender = threading.Thread(
+            target=self._run_sender, name="txntable-sender", daemon=True
+        )
         self._sender.start()
 
     # --- transactions --------------------------------------------------------------------
@@ -403,7 +404,7 @@ class Producer:
                 self._sequences[d.tp] = (seq + len(d.records)) % (2**31)
             path = table.segment_key(d.tp.partition, f"{uuid.uuid4().hex}.parquet")
             data = encode_segment(d.records)
-            self._retry(lambda path=path, data=data: self.store.put(path, data))
+            self._put_segment(path, data)
             stamps = [r.timestamp for r in d.records]
             pending.append(
                 PendingBatch(
@@ -434,6 +435,9 @@ class Producer:
         for d, base in zip(items, result.base_offsets, strict=True):
             for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
                 f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))
+
+    def _put_segment(self, path: str, data: bytes) -> None:
+        self._retry(lambda: self.store.put(path, data))
 
     def _retry(self, fn: Callable[[], T]) -> T:
         """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.

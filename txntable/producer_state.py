@@ -61,7 +61,9 @@ class ProducerEntry:
             self.batches.clear()
         if batch.baseSequence != NO_SEQUENCE:
             self.batches.append(
-                BatchMetadata(batch.baseSequence, batch.last_sequence, batch.baseOffset, batch.count)
+                BatchMetadata(
+                    batch.baseSequence, batch.last_sequence, batch.baseOffset, batch.count
+                )
             )
         self.last_timestamp = max(self.last_timestamp, batch.maxTimestamp)
         if batch.transactional and self.current_txn_first_offset is None:

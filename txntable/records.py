@@ -14,8 +14,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from txntable.errors import CorruptLogError, MissingSegmentError, ObjectNotFoundError
-from txntable.errors import SchemaMismatchError
+from txntable.errors import (
+    CorruptLogError,
+    MissingSegmentError,
+    ObjectNotFoundError,
+    SchemaMismatchError,
+)
 from txntable.storage.base import Store
 
 Header = tuple[str, bytes | None]
@@ -121,7 +125,9 @@ def check_segment(table: pa.Table, path: str, expected_count: int) -> pa.Table:
         try:
             table = table.cast(SEGMENT_SCHEMA)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
-            raise SchemaMismatchError(f"segment {path} does not match the record schema: {e}")
+            raise SchemaMismatchError(
+                f"segment {path} does not match the record schema: {e}"
+            ) from None
     if table.num_rows != expected_count:
         raise SchemaMismatchError(
             f"segment {path} has {table.num_rows} records, its batch says {expected_count}"

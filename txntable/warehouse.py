@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from txntable.actions import (
     READER_VERSION,
     WRITER_VERSION,
+    Action,
     CommitInfo,
     Metadata,
     Protocol,
@@ -63,7 +64,7 @@ class Warehouse:
         if not isinstance(partitions, int) or partitions <= 0:
             raise ValueError("partitions must be a positive integer")
         log = Log(self.store, name)
-        actions = [
+        actions: list[Action] = [
             Protocol(READER_VERSION, WRITER_VERSION),
             Metadata(
                 tableId=str(uuid.uuid4()),
