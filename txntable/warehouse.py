@@ -17,6 +17,7 @@ from txntable.actions import (
 from txntable.errors import ObjectExistsError, TableExistsError, TableNotFoundError
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
+from txntable.recovery import RecoveryReport, recover
 from txntable.storage.base import Store
 from txntable.table import Table
 
@@ -101,6 +102,10 @@ class Warehouse:
             if rest == f"_log/{0:020d}.json":
                 names.add(first)
         return sorted(names)
+
+    def recover(self, now: int | None = None) -> RecoveryReport:
+        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`)."""
+        return recover(self.store, now=now)
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
