@@ -138,6 +138,9 @@ def plan_append(
                 f"epoch {table_epoch}"
             )
         first = part.ongoing.get(pm.producer_id, opened.get((pm.partition, pm.producer_id)))
+        if first is None and pm.producer_id in snap.pending_offsets:
+            # A group offset log: the transaction holds offset commits, not batches.
+            first = part.log_end_offset
         if first is None:
             continue  # nothing open: the marker was already written (idempotent completion)
         offset = next_offset.get(pm.partition, part.log_end_offset)

@@ -8,16 +8,25 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 
 import pyarrow as pa
 
 from txntable import config
 from txntable.aborted import classify_entries
 from txntable.actions import Batch
-from txntable.errors import IllegalStateError, OffsetOutOfRangeError
+from txntable.errors import IllegalStateError, OffsetOutOfRangeError, UnstableOffsetCommitError
+from txntable.groups import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    committed_offset,
+    open_group_table,
+    plan_offset_commit,
+)
 from txntable.records import ConsumerRecord, TopicPartition, read_segment, table_to_records
 from txntable.snapshot import PartitionState
 from txntable.storage.base import Store
@@ -38,6 +47,15 @@ class Consumer:
         auto_offset_reset: Where a partition without a position starts: ``"earliest"``,
             ``"latest"`` (Kafka's default) or ``"none"`` (raise).
         max_poll_records: Default record limit of ``poll``.
+        group_id: Consumer group whose committed offsets positions start from and
+            ``commit`` writes to (``_groups/<group_id>/_log``).
+        enable_auto_commit: Commit positions every ``auto_commit_interval_ms`` during
+            ``poll`` and on ``close`` (needs ``group_id``).
+        group_generation: Generation carried by offset commits; a commit older than one
+            already in the group log is refused (a fenced member).
+        unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
+            a pending transactional offset commit to resolve before raising
+            ``UnstableOffsetCommitError`` (0: raise at once).
     """
 
     def __init__(
@@ -47,6 +65,11 @@ class Consumer:
         auto_offset_reset: str = "latest",
         max_poll_records: int = config.MAX_POLL_RECORDS_DEFAULT,
         fetch_backoff_ms: int = config.FETCH_BACKOFF_MS_DEFAULT,
+        group_id: str | None = None,
+        enable_auto_commit: bool = False,
+        auto_commit_interval_ms: int = 5000,
+        group_generation: int = -1,
+        unstable_offset_timeout_ms: int = 0,
     ) -> None:
         if isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
             raise ValueError(f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
@@ -62,6 +85,14 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._segments: OrderedDict[str, pa.Table] = OrderedDict()
         self._closed = False
+        self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.group_generation = group_generation
+        self.unstable_offset_timeout_ms = unstable_offset_timeout_ms
+        self._group: Table | None = None
+        self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+        self._async_lock = threading.Lock()
 
     # --- assignment and positions ----------------------------------------------------------
 
@@ -129,7 +160,12 @@ class Consumer:
             self._reset(partition)
         return self._positions[partition]
 
-    def _reset(self, tp: TopicPartition) -> None:
+    def _reset(self, tp: TopicPartition, use_committed: bool = True) -> None:
+        if use_committed and self.group_id is not None:
+            committed = self.committed(tp)
+            if committed is not None:
+                self._positions[tp] = committed.offset
+                return
         part = self._partition(tp, refresh=True)
         if self.auto_offset_reset == "earliest":
             self._positions[tp] = part.log_start_offset
@@ -160,6 +196,7 @@ class Consumer:
                 is ``none``.
         """
         self._check_open()
+        self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -188,7 +225,7 @@ class Consumer:
                 raise OffsetOutOfRangeError(
                     f"{tp}: offset {pos} outside [{part.log_start_offset}, {part.high_watermark}]"
                 )
-            self._reset(tp)
+            self._reset(tp, use_committed=False)
             pos = self._positions[tp]
         committed = self.isolation_level == READ_COMMITTED
         upper = self._end(part)
@@ -228,8 +265,97 @@ class Consumer:
     def _table_store(self) -> Store:
         return self.warehouse.store
 
+    # --- groups ---------------------------------------------------------------------------
+
+    def _group_table(self) -> Table:
+        if self.group_id is None:
+            raise IllegalStateError("this consumer has no group_id")
+        if self._group is None:
+            self._group = open_group_table(self.warehouse.store, self.group_id)
+        return self._group
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What ``Producer.send_offsets_to_transaction`` needs to commit for this group."""
+        if self.group_id is None:
+            raise IllegalStateError("this consumer has no group_id")
+        return ConsumerGroupMetadata(self.group_id, self.group_generation)
+
+    def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
+        """The group's committed offset for ``partition``, or ``None``.
+
+        Raises:
+            UnstableOffsetCommitError: A transactional offset commit for the partition is
+                still pending after ``unstable_offset_timeout_ms`` (KIP-447).
+        """
+        assert self.group_id is not None or self._group_table()
+        deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
+        table = self._group_table()
+        while True:
+            try:
+                return committed_offset(table.snapshot(), self.group_id or "", partition)
+            except UnstableOffsetCommitError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(self.fetch_backoff_ms / 1000)
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        """Commit ``offsets`` (default: current positions) to the group, synchronously.
+
+        Raises:
+            OffsetMetadataTooLargeError: Metadata over the group's limit.
+            IllegalGenerationError: This consumer's generation is older than the group's.
+        """
+        self._check_open()
+        if offsets is None:
+            offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items()}
+        if not offsets:
+            return
+        table = self._group_table()
+        group, generation = self.group_id or "", self.group_generation
+        with table._lock:
+            snap = table.snapshot(refresh=False)
+            table.log.commit(snap, lambda s: plan_offset_commit(s, group, offsets, generation))
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], None]
+        | None = None,
+    ) -> Future[None]:
+        """Commit in the background; ``callback(offsets, error)`` runs when it is done."""
+        if offsets is None:
+            offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items()}
+        future: Future[None] = Future()
+        frozen = dict(offsets)
+
+        def run() -> None:
+            error: Exception | None = None
+            with self._async_lock:  # async commits are applied in call order
+                try:
+                    self.commit(frozen)
+                except Exception as e:  # noqa: BLE001 - handed to the callback and future
+                    error = e
+            if callback is not None:
+                callback(frozen, error)
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        threading.Thread(target=run, name="txntable-commit-async", daemon=True).start()
+        return future
+
+    def _maybe_auto_commit(self) -> None:
+        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+            self.commit()
+            self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
+
     def close(self) -> None:
-        """Release the consumer; further calls raise ``IllegalStateError``."""
+        """Release the consumer (committing positions if auto-commit is on)."""
+        if self._closed:
+            return
+        if self.enable_auto_commit and self._positions:
+            self.commit()
         self._closed = True
         self._segments.clear()
 

@@ -31,6 +31,12 @@ from txntable.errors import (
     TransientStorageError,
     TxnTableError,
 )
+from txntable.groups import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    open_group_table,
+    plan_offset_commit,
+)
 from txntable.log import now_ms
 from txntable.partitioner import StickyPartitioner
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
@@ -180,6 +186,45 @@ class Producer:
         self._drop_buffered(InvalidTxnStateError("transaction aborted before send"))
         self._wait_all()
         self._end_transaction(commit=False)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Make the group's offsets part of the transaction (consume-transform-produce).
+
+        The offsets become the group's committed offsets only with the COMMIT marker; after
+        an abort, or if this producer is fenced, they never become visible.
+        """
+        txn = self._require_txn()
+        txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
+        meta = (
+            group_metadata
+            if isinstance(group_metadata, ConsumerGroupMetadata)
+            else ConsumerGroupMetadata(group_metadata)
+        )
+        assert self.transactional_id is not None
+        table = open_group_table(self.store, meta.group_id)
+        try:
+            if 0 not in self._txn_partitions.get(table.name, set()):
+                self.coordinator.add_partitions(
+                    self.transactional_id, self.producer_id, self.producer_epoch, {table.name: {0}}
+                )
+                self._txn_partitions.setdefault(table.name, set()).add(0)
+            pid, epoch = self.producer_id, self.producer_epoch
+            with table._lock:
+                snap = table.snapshot(refresh=False)
+                table.log.commit(
+                    snap,
+                    lambda s: plan_offset_commit(
+                        s, meta.group_id, offsets, meta.generation_id, pid, epoch
+                    ),
+                    self.transactional_id,
+                )
+        except TxnTableError as e:
+            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
+            raise
 
     def _end_transaction(self, commit: bool) -> None:
         txn = self._require_txn()

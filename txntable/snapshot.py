@@ -183,6 +183,7 @@ def apply_action(snap: TableSnapshot, action: Action, path: str | None = None) -
         key = (action.group, action.table, action.partition)
         if action.producerId >= 0:
             snap.pending_offsets.setdefault(action.producerId, {})[key] = action
+            _raise_epoch(snap, action.producerId, action.producerEpoch)
         else:
             snap.offsets[key] = action
     elif isinstance(action, CommitInfo):

@@ -1,0 +1,149 @@
+"""Consumer-group offsets: a commit log per group, ``_groups/<group>/_log``.
+
+The group's log is a log like a table's, with one partition that only ever holds
+transaction markers. A plain offset commit is an ``offsetCommit`` action. A transactional
+one (``Producer.send_offsets_to_transaction``) carries the producer id and epoch and stays
+pending until that producer's marker lands in the group log: COMMIT makes it the group's
+offset, ABORT drops it — so a fenced or aborted producer's offsets never become visible.
+While one is pending, ``committed()`` reports the partition as unstable (KIP-447).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from txntable.actions import (
+    READER_VERSION,
+    WRITER_VERSION,
+    Action,
+    CommitInfo,
+    Metadata,
+    OffsetCommit,
+    Protocol,
+    encode_actions,
+)
+from txntable.errors import (
+    IllegalGenerationError,
+    InvalidProducerEpochError,
+    ObjectExistsError,
+    OffsetMetadataTooLargeError,
+    UnstableOffsetCommitError,
+)
+from txntable.log import CommitPlan, Log, now_ms
+from txntable.names import validate_id
+from txntable.records import TopicPartition
+from txntable.snapshot import TableSnapshot
+from txntable.storage.base import Store
+from txntable.table import Table
+
+GROUPS_DIR = "_groups"
+#: Kafka's ``offset.metadata.max.bytes`` default.
+OFFSET_METADATA_MAX_BYTES_DEFAULT = 4096
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed position: the next offset to read, and free-form metadata."""
+
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer needs of the consumer whose offsets it commits."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+
+
+def group_root(group_id: str) -> str:
+    """Log root of a group: ``_groups/<group>``."""
+    return f"{GROUPS_DIR}/{validate_id('group id', group_id)}"
+
+
+def open_group_table(store: Store, group_id: str) -> Table:
+    """The group's offset log as a one-partition table handle, created if missing."""
+    root = group_root(group_id)
+    log = Log(store, root)
+    if not log.exists():
+        actions: list[Action] = [
+            Protocol(READER_VERSION, WRITER_VERSION),
+            Metadata(str(uuid.uuid4()), root, 1, createdTime=now_ms()),
+            CommitInfo(now_ms(), "CREATE GROUP", uuid.uuid4().hex),
+        ]
+        try:
+            store.put_if_absent(log.version_key(0), encode_actions(actions))
+        except ObjectExistsError:
+            pass  # another member created it first; same content by construction
+    return Table(store, root, log)
+
+
+def plan_offset_commit(
+    snap: TableSnapshot,
+    group_id: str,
+    offsets: dict[TopicPartition, OffsetAndMetadata],
+    generation: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    max_metadata_bytes: int = OFFSET_METADATA_MAX_BYTES_DEFAULT,
+) -> CommitPlan[None]:
+    """Validate and build ``offsetCommit`` actions (pure).
+
+    Raises:
+        OffsetMetadataTooLargeError: Metadata is longer than ``max_metadata_bytes``.
+        IllegalGenerationError: ``generation`` is older than one already committed.
+        InvalidProducerEpochError: A transactional commit from a fenced epoch.
+    """
+    newest_generation = max((o.generation for o in snap.offsets.values()), default=-1)
+    if generation >= 0 and generation < newest_generation:
+        raise IllegalGenerationError(
+            f"group {group_id}: generation {generation} is older than {newest_generation}"
+        )
+    if producer_id >= 0 and producer_epoch < snap.producer_epochs.get(producer_id, -1):
+        raise InvalidProducerEpochError(
+            f"producer {producer_id} epoch {producer_epoch} is fenced in group {group_id}"
+        )
+    actions: list[Action] = []
+    for tp, om in sorted(offsets.items()):
+        if len(om.metadata.encode()) > max_metadata_bytes:
+            raise OffsetMetadataTooLargeError(
+                f"offset metadata for {tp} is longer than {max_metadata_bytes} bytes"
+            )
+        if om.offset < 0:
+            raise ValueError(f"offset for {tp} must be non-negative")
+        actions.append(
+            OffsetCommit(
+                group=group_id,
+                table=tp.topic,
+                partition=tp.partition,
+                offset=om.offset,
+                metadata=om.metadata,
+                producerId=producer_id,
+                producerEpoch=producer_epoch,
+                generation=generation,
+                commitTimestamp=now_ms(),
+            )
+        )
+    return CommitPlan(actions, None, "OFFSET_COMMIT")
+
+
+def committed_offset(
+    snap: TableSnapshot, group_id: str, tp: TopicPartition
+) -> OffsetAndMetadata | None:
+    """The group's committed offset for ``tp`` (pure).
+
+    Raises:
+        UnstableOffsetCommitError: A transactional offset commit for ``tp`` is pending.
+    """
+    key = (group_id, tp.topic, tp.partition)
+    for pid, pending in snap.pending_offsets.items():
+        if key in pending:
+            raise UnstableOffsetCommitError(
+                f"group {group_id}: a transactional offset commit for {tp} by producer {pid} "
+                "is pending"
+            )
+    commit = snap.offsets.get(key)
+    return None if commit is None else OffsetAndMetadata(commit.offset, commit.metadata)
