@@ -19,11 +19,11 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from txntable import config
-from txntable.append import PendingMarker
+from txntable.append import PendingBatch, PendingMarker
 from txntable.errors import (
     CorruptLogError,
     InvalidTxnStateError,
@@ -62,7 +62,9 @@ S = TxnState
 VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    # From a complete state only with an intent: the short path commits data and markers in
+    # one log version per table, so the decision comes before anything is in the log.
+    S.PREPARE_COMMIT: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
@@ -85,6 +87,9 @@ class TxnMetadata:
     last_update_timestamp: int = 0
     last_producer_id: int = -1
     last_producer_epoch: int = -1
+    #: Short path only: per table, the segments to commit with the markers (so any client
+    #: can finish the transaction from the coordinator object alone).
+    intent: dict[str, tuple[PendingBatch, ...]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         """Encode the object."""
@@ -101,6 +106,9 @@ class TxnMetadata:
                 "partitions": {t: list(ps) for t, ps in sorted(self.partitions.items())},
                 "txnStartTimestamp": self.txn_start_timestamp,
                 "lastUpdateTimestamp": self.last_update_timestamp,
+                "intent": {
+                    t: [asdict(b) for b in batches] for t, batches in sorted(self.intent.items())
+                },
             },
             sort_keys=True,
         ).encode()
@@ -135,6 +143,10 @@ class TxnMetadata:
                 last_update_timestamp=int(obj["lastUpdateTimestamp"]),
                 last_producer_id=int(obj.get("lastProducerId", -1)),
                 last_producer_epoch=int(obj.get("lastProducerEpoch", -1)),
+                intent={
+                    str(t): tuple(PendingBatch(**b) for b in batches)
+                    for t, batches in obj.get("intent", {}).items()
+                },
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptLogError(f"invalid coordinator object ({e})", path) from None
@@ -202,9 +214,15 @@ MarkerWriter = Callable[[str, tuple[int, ...], int, int, str], None]
 class TransactionCoordinator:
     """CAS transitions of coordinator objects, and completion of prepared transactions."""
 
-    def __init__(self, store: Store, allocator: ProducerIdAllocator | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        allocator: ProducerIdAllocator | None = None,
+        table_provider: Callable[[str], Table] | None = None,
+    ) -> None:
         self.store = store
         self.allocator = allocator or ProducerIdAllocator(store)
+        self._table_provider = table_provider
         self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
 
@@ -234,6 +252,8 @@ class TransactionCoordinator:
         return self.store.put_if_match(key, meta.to_json(), etag)
 
     def _table(self, name: str) -> Table:
+        if self._table_provider is not None:
+            return self._table_provider(name)  # share the producer's incremental snapshots
         with self._lock:
             if name not in self._tables:
                 self._tables[name] = Table(self.store, name)
@@ -251,16 +271,25 @@ class TransactionCoordinator:
                 PendingMarker(p, meta.producer_id, meta.producer_epoch, marker_type)  # type: ignore[arg-type]
                 for p in partitions
             ]
-            self._table(table_name).append([], markers, transactional_id=meta.transactional_id)
+            # Short-path data goes in the same version as its markers; if it was committed
+            # already, the sequences make it a duplicate and only missing markers are written.
+            batches = list(meta.intent.get(table_name, ())) if marker_type == "COMMIT" else []
+            self._table(table_name).append(
+                batches, markers, transactional_id=meta.transactional_id
+            )
 
     def complete(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
         """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state."""
         if meta.state is TxnState.PREPARE_COMMIT:
             self.write_markers(meta, "COMMIT")
-            done = meta.transition(TxnState.COMPLETE_COMMIT, partitions={}, txn_start_timestamp=-1)
+            done = meta.transition(
+                TxnState.COMPLETE_COMMIT, partitions={}, txn_start_timestamp=-1, intent={}
+            )
         elif meta.state is TxnState.PREPARE_ABORT:
             self.write_markers(meta, "ABORT")
-            done = meta.transition(TxnState.COMPLETE_ABORT, partitions={}, txn_start_timestamp=-1)
+            done = meta.transition(
+                TxnState.COMPLETE_ABORT, partitions={}, txn_start_timestamp=-1, intent={}
+            )
         else:
             raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
         return done, self.cas(done, etag)
@@ -368,6 +397,42 @@ class TransactionCoordinator:
                 return
             except PreconditionFailedError:
                 continue
+
+    def commit_short_path(
+        self,
+        transactional_id: str,
+        pid: int,
+        epoch: int,
+        intent: dict[str, tuple[PendingBatch, ...]],
+        cached: tuple[TxnMetadata, str] | None,
+    ) -> tuple[TxnMetadata, str]:
+        """Commit a transaction whose data is not in any log yet, in three writes.
+
+        One CAS to PrepareCommit carrying the intent (the decision), one log version per
+        table holding the data and its markers, one CAS to CompleteCommit. ``cached`` is the
+        object and etag from this producer's last CAS, which saves the read; if it is stale
+        the CAS fails and the object is read again (and the producer may be fenced).
+
+        Raises:
+            ProducerFencedError: The producer was fenced.
+        """
+        while True:
+            if cached is None:
+                cached = self._load_checked(transactional_id, pid, epoch)
+            meta, etag = cached
+            partitions = {t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()}
+            prepared = meta.transition(
+                TxnState.PREPARE_COMMIT,
+                partitions=partitions,
+                intent=intent,
+                txn_start_timestamp=now_ms(),
+            )
+            try:
+                etag = self.cas(prepared, etag)
+            except PreconditionFailedError:
+                cached = None
+                continue
+            return self.complete(prepared, etag)
 
     def end_transaction(self, transactional_id: str, pid: int, epoch: int, commit: bool) -> None:
         """Kafka's EndTxn: CAS to Prepare*, write markers, CAS to Complete*.

@@ -20,7 +20,7 @@ from typing import TypeVar
 from txntable import config
 from txntable.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from txntable.append import PendingBatch
-from txntable.coordinator import TransactionCoordinator
+from txntable.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
@@ -107,13 +107,14 @@ class Producer:
         self.max_request_size = max_request_size
         self.transaction_timeout_ms = transaction_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
-        self.coordinator = TransactionCoordinator(self.store)
+        self.coordinator = TransactionCoordinator(self.store, table_provider=self._table)
         self.txn = TransactionManager(transactional_id) if transactional_id else None
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
         self._sequences: dict[TopicPartition, int] = {}
         self._txn_partitions: dict[str, set[int]] = {}
         self._txn_error: TxnTableError | None = None
+        self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._buffers: dict[TopicPartition, _Buffer] = {}
@@ -172,11 +173,69 @@ class Producer:
         txn = self._require_txn()
         txn.require("commit a transaction", _C.IN_TRANSACTION)
         txn.transition(_C.COMMITTING_TRANSACTION)
+        short = self._take_for_short_path()
+        if short is not None:
+            self._commit_short_path(short)
+            return
         self._wait_all()
         if self._txn_error is not None:
             txn.fail(self._txn_error, fatal=isinstance(self._txn_error, ProducerFencedError))
             raise self._txn_error
         self._end_transaction(commit=True)
+
+    def _take_for_short_path(self) -> list[_Drained] | None:
+        """Take the buffers if the whole transaction is still buffered, else ``None``."""
+        with self._cond:
+            if self._in_flight or self._txn_partitions or not self._buffers:
+                return None
+            drained = [
+                _Drained(tp, b.records, b.futures, b.size) for tp, b in self._buffers.items()
+            ]
+            self._buffers = {}
+            return drained
+
+    def _commit_short_path(self, drained: list[_Drained]) -> None:
+        """Commit with P segment PUTs, a CAS to PrepareCommit with the intent, one log version
+        per table (data and markers together) and a CAS to CompleteCommit."""
+        txn = self._require_txn()
+        assert self.transactional_id is not None
+        by_table: dict[str, list[_Drained]] = {}
+        for d in sorted(drained, key=lambda d: d.tp):
+            by_table.setdefault(d.tp.topic, []).append(d)
+        try:
+            intent = {t: tuple(self._write_segments(t, items)) for t, items in by_table.items()}
+            self._coordinator_cache = self._retry(
+                lambda: self.coordinator.commit_short_path(
+                    self.transactional_id or "",
+                    self.producer_id,
+                    self.producer_epoch,
+                    intent,
+                    self._coordinator_cache,
+                )
+            )
+        except TxnTableError as e:
+            self._coordinator_cache = None
+            for d in drained:
+                for f in d.futures:
+                    f.set_exception(e)
+            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
+            raise
+        finally:
+            with self._cond:
+                self._buffered_bytes -= sum(d.size for d in drained)
+                self._cond.notify_all()
+        for topic, items in by_table.items():
+            snap = self._table(topic).snapshot(refresh=False)
+            for d, batch in zip(items, intent[topic], strict=True):
+                entry = snap.partition(d.tp.partition).producers[self.producer_id]
+                meta = entry.find_duplicate(
+                    self.producer_epoch, batch.base_sequence, batch.last_sequence
+                )
+                assert meta is not None, "a committed short-path batch is in the snapshot"
+                for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
+                    offset = meta.base_offset + i
+                    f.set_result(RecordMetadata(topic, d.tp.partition, offset, r.timestamp))
+        txn.transition(_C.READY)
 
     def abort_transaction(self) -> None:
         """Abort: drop unsent records, then write ABORT markers where data was committed."""
@@ -208,6 +267,7 @@ class Producer:
         table = open_group_table(self.store, meta.group_id)
         try:
             if 0 not in self._txn_partitions.get(table.name, set()):
+                self._coordinator_cache = None
                 self.coordinator.add_partitions(
                     self.transactional_id, self.producer_id, self.producer_epoch, {table.name: {0}}
                 )
@@ -231,6 +291,7 @@ class Producer:
         assert self.transactional_id is not None
         try:
             if self._txn_partitions:
+                self._coordinator_cache = None
                 self.coordinator.end_transaction(
                     self.transactional_id, self.producer_id, self.producer_epoch, commit
                 )
@@ -438,8 +499,8 @@ class Producer:
             self.producer_epoch += 1
             self._sequences.clear()
 
-    def _send_table(self, topic: str, items: list[_Drained]) -> None:
-        self._ensure_producer_id()
+    def _write_segments(self, topic: str, items: list[_Drained]) -> list[PendingBatch]:
+        """Write one segment per drained partition; assign sequences (once, kept on retry)."""
         table = self._table(topic)
         pending: list[PendingBatch] = []
         for d in items:
@@ -466,10 +527,17 @@ class Producer:
                 )
             )
             self._partitioner.on_new_batch(topic, table.num_partitions)
+        return pending
+
+    def _send_table(self, topic: str, items: list[_Drained]) -> None:
+        self._ensure_producer_id()
+        table = self._table(topic)
+        pending = self._write_segments(topic, items)
         if self.txn is not None:
             new = {d.tp.partition for d in items} - self._txn_partitions.get(topic, set())
             if new:
                 assert self.transactional_id is not None
+                self._coordinator_cache = None
                 self.coordinator.add_partitions(
                     self.transactional_id, self.producer_id, self.producer_epoch, {topic: new}
                 )
