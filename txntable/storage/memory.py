@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import hashlib
 import threading
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from txntable.storage.base import ObjectInfo, Store, StoredObject, validate_key
 
 _REGISTRY: dict[str, tuple[dict[str, StoredObject], list[str], threading.Lock]] = {}
 _REGISTRY_LOCK = threading.Lock()
+# One counter for every instance: two handles on the same name must never mint equal etags.
+_GENERATIONS = itertools.count(1)
 
 
 def _etag(data: bytes, generation: int) -> str:
@@ -27,7 +30,6 @@ class MemoryStore(Store):
             if name not in _REGISTRY:
                 _REGISTRY[name] = ({}, [], threading.Lock())
             self._objects, self._keys, self._lock = _REGISTRY[name]
-        self._generation = 0
 
     @staticmethod
     def drop(name: str) -> None:
@@ -36,8 +38,7 @@ class MemoryStore(Store):
             _REGISTRY.pop(name, None)
 
     def _write(self, key: str, data: bytes) -> str:
-        self._generation += 1
-        etag = _etag(data, self._generation)
+        etag = _etag(data, next(_GENERATIONS))
         if key not in self._objects:
             bisect.insort(self._keys, key)
         self._objects[key] = StoredObject(bytes(data), etag)

@@ -1,0 +1,194 @@
+"""Store wrappers for tests and diagnostics: request counting and fault injection."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from txntable.errors import TransientStorageError
+from txntable.storage.base import ObjectInfo, Store, StoredObject, StoreWrapper
+
+#: Request kinds counted by :class:`CountingStore`.
+REQUEST_KINDS = ("GET", "HEAD", "LIST", "PUT", "CONDITIONAL_PUT", "DELETE")
+
+#: Write operations :class:`FaultInjectingStore` can fail.
+WRITE_OPS = frozenset({"put", "put_if_absent", "put_if_match"})
+
+KeyPredicate = Callable[[str], bool]
+#: An exception to raise, or a factory called with the key.
+ExcSpec = BaseException | Callable[[str], BaseException]
+
+
+class CountingStore(StoreWrapper):
+    """Counts requests by kind; thread-safe.
+
+    One call is one request: a ``list`` is counted once however many pages the backend
+    fetches, and ``exists`` counts as a ``HEAD``.
+
+    Attributes:
+        counts: Requests per kind (see :data:`REQUEST_KINDS`).
+    """
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.counts[kind] += 1
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        with self._lock:
+            self.counts.clear()
+
+    def snapshot(self) -> dict[str, int]:
+        """Return a copy of the counters with every kind present (zero if unused)."""
+        with self._lock:
+            return {kind: self.counts.get(kind, 0) for kind in REQUEST_KINDS}
+
+    def get(self, key: str) -> StoredObject:
+        self._count("GET")
+        return self.inner.get(key)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        self._count("HEAD")
+        return self.inner.head(key)
+
+    def put(self, key: str, data: bytes) -> str:
+        self._count("PUT")
+        return self.inner.put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self._count("CONDITIONAL_PUT")
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._count("CONDITIONAL_PUT")
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        self._count("LIST")
+        return self.inner.list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self._count("DELETE")
+        self.inner.delete(key)
+
+
+@dataclass
+class Fault:
+    """A registered fault; ``fired`` counts how often it triggered."""
+
+    predicate: KeyPredicate
+    remaining: int
+    after_write: bool
+    exc: ExcSpec | None
+    ops: frozenset[str]
+    fired: int = 0
+
+    def make_exception(self, key: str) -> BaseException:
+        if self.exc is None:
+            when = "after" if self.after_write else "before"
+            return TransientStorageError(f"injected fault {when} writing {key!r}")
+        if isinstance(self.exc, BaseException):
+            return self.exc
+        return self.exc(key)
+
+
+class FaultInjectingStore(StoreWrapper):
+    """Fails chosen writes, before or after they reach the inner store; thread-safe.
+
+    ``fail_after_write`` models the ambiguous put: the write happened but the caller sees
+    an error (default :class:`~txntable.errors.TransientStorageError`) and must resolve it
+    by reading back. ``fail_before_write`` models a request that never reached storage.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+
+    def fail_after_write(
+        self,
+        predicate: KeyPredicate,
+        times: int = 1,
+        exc_factory: ExcSpec | None = None,
+        ops: frozenset[str] | set[str] = WRITE_OPS,
+    ) -> Fault:
+        """Perform the next ``times`` matching writes, then raise.
+
+        Args:
+            predicate: Called with the key; the fault applies where it returns true.
+            times: How many matching writes to fail.
+            exc_factory: Exception instance, or callable from key to exception.
+            ops: Which of ``put``, ``put_if_absent``, ``put_if_match`` to fail.
+
+        Returns:
+            The registered fault (inspect ``fired``).
+        """
+        return self._add(Fault(predicate, times, True, exc_factory, frozenset(ops)))
+
+    def fail_before_write(
+        self,
+        predicate: KeyPredicate,
+        times: int = 1,
+        exc: ExcSpec | None = None,
+        ops: frozenset[str] | set[str] = WRITE_OPS,
+    ) -> Fault:
+        """Raise instead of performing the next ``times`` matching writes.
+
+        Args:
+            predicate: Called with the key; the fault applies where it returns true.
+            times: How many matching writes to fail.
+            exc: Exception instance, or callable from key to exception.
+            ops: Which of ``put``, ``put_if_absent``, ``put_if_match`` to fail.
+
+        Returns:
+            The registered fault (inspect ``fired``).
+        """
+        return self._add(Fault(predicate, times, False, exc, frozenset(ops)))
+
+    def clear(self) -> None:
+        """Remove every registered fault."""
+        with self._lock:
+            self._faults.clear()
+
+    def _add(self, fault: Fault) -> Fault:
+        unknown = fault.ops - WRITE_OPS
+        if unknown:
+            raise ValueError(f"unknown write ops {sorted(unknown)}")
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def _take(self, op: str, key: str) -> Fault | None:
+        # Claims the first armed matching fault atomically, so racing threads each get one.
+        with self._lock:
+            for fault in self._faults:
+                if fault.remaining > 0 and op in fault.ops and fault.predicate(key):
+                    fault.remaining -= 1
+                    fault.fired += 1
+                    return fault
+        return None
+
+    def _write(self, op: str, key: str, write: Callable[[], str]) -> str:
+        fault = self._take(op, key)
+        if fault is None:
+            return write()
+        if not fault.after_write:
+            raise fault.make_exception(key)
+        write()
+        raise fault.make_exception(key)
+
+    def put(self, key: str, data: bytes) -> str:
+        return self._write("put", key, lambda: self.inner.put(key, data))
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        return self._write("put_if_absent", key, lambda: self.inner.put_if_absent(key, data))
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return self._write("put_if_match", key, lambda: self.inner.put_if_match(key, data, etag))
