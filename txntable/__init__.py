@@ -1,6 +1,7 @@
 """txntable: Kafka's exactly-once machinery as a table format on object storage."""
 
 from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
+from txntable.groups import ConsumerGroupMetadata, OffsetAndMetadata
 from txntable.producer import Producer
 from txntable.records import ConsumerRecord, RecordMetadata, TopicPartition
 from txntable.table import Table
@@ -10,7 +11,9 @@ __all__ = [
     "READ_COMMITTED",
     "READ_UNCOMMITTED",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
+    "OffsetAndMetadata",
     "Producer",
     "RecordMetadata",
     "Table",
