@@ -1,0 +1,132 @@
+"""Request counts against S3: an idle poll and a short-path transaction cost a fixed budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from s3util import MANUAL_FLUSH, RecordingStore, S3Location
+
+from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable.coordinator import TransactionCoordinator
+from txntable.storage import open_store
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow]
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def counted_wh(s3_location: S3Location) -> tuple[Warehouse, RecordingStore]:
+    store = RecordingStore(open_store(s3_location.url, s3_location.options))
+    return Warehouse(store=store), store
+
+
+def test_idle_poll_reads_only_the_next_log_version(
+    counted_wh: tuple[Warehouse, RecordingStore], make_producer: Callable[..., Producer]
+) -> None:
+    wh, store = counted_wh
+    wh.create_table("events", partitions=PARTITIONS)
+    producer = make_producer(wh)
+    for i in range(30):
+        producer.send("events", value=b"%d" % i, partition=i % PARTITIONS)
+    producer.flush()
+    version = wh.table("events").describe().version
+
+    consumer = Consumer(wh, isolation_level="read_committed", fetch_backoff_ms=20)
+    tps = [TopicPartition("events", p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    while consumer.poll(timeout_ms=0, max_records=1000):
+        pass
+    next_key = f"events/_log/{version + 1:020d}.json"
+
+    # One poll with nothing new: exactly one GET (of the next version, a 404), whatever
+    # the number of assigned partitions or the length of the history.
+    store.reset()
+    assert consumer.poll(timeout_ms=0) == {}
+    assert store.snapshot() == {
+        "GET": 1,
+        "HEAD": 0,
+        "LIST": 0,
+        "PUT": 0,
+        "CONDITIONAL_PUT": 0,
+        "DELETE": 0,
+    }
+    assert store.keys("GET") == [next_key]
+
+    # Waiting 200 ms re-probes only that key, at most once per fetch backoff (+1).
+    store.reset()
+    assert consumer.poll(timeout_ms=200) == {}
+    counts = store.snapshot()
+    assert 1 <= counts["GET"] <= 200 // 20 + 2
+    assert set(store.keys("GET")) == {next_key}
+    assert counts["GET"] == sum(counts.values())  # no LIST, HEAD or writes
+    print(f"\nidle poll: 1 GET; idle poll(timeout_ms=200): {counts['GET']} GETs")
+    consumer.close()
+
+
+def short_path_cost(
+    wh: Warehouse, store: RecordingStore, producer: Producer, records: int
+) -> tuple[dict[str, int], list[str]]:
+    """Commit one transaction of ``records`` records over every partition, all still
+    buffered at ``commit_transaction``; return its request counts and GET keys (and check
+    its offsets)."""
+    before = [p.high_watermark for p in wh.table("events").describe().partitions]
+    producer.begin_transaction()
+    futures = [
+        producer.send("events", value=b"r%d" % i, partition=i % PARTITIONS) for i in range(records)
+    ]
+    assert not any(f.done() for f in futures)  # nothing sent before the commit
+    store.reset()
+    producer.commit_transaction()
+    counts = store.snapshot()
+    gets = store.keys("GET")
+    puts = store.keys("PUT")
+    assert all(k.startswith("events/data/") and k.endswith(".parquet") for k in puts), puts
+    assert sorted(int(k.split("/")[2]) for k in puts) == list(range(PARTITIONS))
+    conditional = store.keys("CONDITIONAL_PUT")
+    version = wh.table("events").describe().version
+    assert conditional.count(TransactionCoordinator.key("tx")) == 2  # PrepareCommit, Complete
+    assert [k for k in conditional if k.startswith("events/_log/")] == [
+        f"events/_log/{version:020d}.json"
+    ]
+    # Offsets: each partition's records, then its COMMIT marker, all in one log version.
+    for i, f in enumerate(futures):
+        p = i % PARTITIONS
+        assert f.result().partition == p
+        assert f.result().offset == before[p] + i // PARTITIONS
+    return counts, gets
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["first-txn", "later-txn"])
+def test_short_path_transaction_cost_is_independent_of_record_count(
+    counted_wh: tuple[Warehouse, RecordingStore],
+    make_producer: Callable[..., Producer],
+    warm: bool,
+) -> None:
+    wh, store = counted_wh
+    wh.create_table("events", partitions=PARTITIONS)
+    measured = {}
+    for records in (10, 1000):
+        producer = make_producer(wh, transactional_id="tx", **MANUAL_FLUSH)
+        producer.init_transactions()
+        if warm:  # a transaction before: the producer's cached coordinator etag is current
+            producer.begin_transaction()
+            producer.send("events", value=b"warm-up", partition=0)
+            producer.commit_transaction()
+        counts, gets = short_path_cost(wh, store, producer, records)
+        assert counts["PUT"] == PARTITIONS
+        assert counts["CONDITIONAL_PUT"] <= 3
+        assert counts["GET"] <= 2
+        assert counts["LIST"] == counts["HEAD"] == counts["DELETE"] == 0
+        # Uncontended, no log version is read: the only GET is of the coordinator object,
+        # on the first transaction after init_transactions (later ones use the cached etag).
+        assert gets == ([] if warm else [TransactionCoordinator.key("tx")])
+        measured[records] = counts
+        producer.close()
+    assert measured[10] == measured[1000]
+    print(
+        f"\nshort-path transaction over {PARTITIONS} partitions ({'later' if warm else 'first'}"
+        f" txn of the producer): {measured[10]}"
+    )
