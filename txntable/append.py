@@ -141,6 +141,12 @@ def plan_append(
         if first is None and pm.producer_id in snap.pending_offsets:
             # A group offset log: the transaction holds offset commits, not batches.
             first = part.log_end_offset
+        if first is None and 0 < pm.producer_epoch and table_epoch < pm.producer_epoch:
+            # Nothing open, but the epoch is new to this log: the fence of a producer that
+            # registered this partition and had not written here yet. Write the marker, as
+            # Kafka writes one to every registered partition, so that the fenced epoch is
+            # refused here afterwards (else its late batch or offset commit would land).
+            first = next_offset.get(pm.partition, part.log_end_offset)
         if first is None:
             continue  # nothing open: the marker was already written (idempotent completion)
         offset = next_offset.get(pm.partition, part.log_end_offset)

@@ -31,7 +31,9 @@ from txntable.errors import (
     ObjectNotFoundError,
     PreconditionFailedError,
     ProducerFencedError,
+    TransientStorageError,
 )
+from txntable.groups import GROUPS_DIR
 from txntable.log import now_ms
 from txntable.names import validate_id
 from txntable.storage.base import Store
@@ -247,13 +249,28 @@ class TransactionCoordinator:
             PreconditionFailedError: Another client changed the object first.
         """
         key = self.key(meta.transactional_id)
-        if etag is None:
-            return self.store.put_if_absent(key, meta.to_json())
-        return self.store.put_if_match(key, meta.to_json(), etag)
+        data = meta.to_json()
+        try:
+            if etag is None:
+                return self.store.put_if_absent(key, data)
+            return self.store.put_if_match(key, data, etag)
+        except TransientStorageError:
+            # The outcome is unknown: read back (the store contract), never assume. Our exact
+            # bytes (they carry a millisecond timestamp) mean the write landed; otherwise the
+            # error stands and the caller retries as before.
+            try:
+                current = self.store.get(key)
+            except ObjectNotFoundError:
+                current = None
+            if current is None or current.data != data:
+                raise
+            return current.etag
 
     def _table(self, name: str) -> Table:
-        if self._table_provider is not None:
-            return self._table_provider(name)  # share the producer's incremental snapshots
+        if self._table_provider is not None and not name.startswith(f"{GROUPS_DIR}/"):
+            # Share the producer's incremental snapshots; a group offset log
+            # (``_groups/<g>``) is no user table, so the coordinator keeps its own handle.
+            return self._table_provider(name)
         with self._lock:
             if name not in self._tables:
                 self._tables[name] = Table(self.store, name)
@@ -420,6 +437,9 @@ class TransactionCoordinator:
             if cached is None:
                 cached = self._load_checked(transactional_id, pid, epoch)
             meta, etag = cached
+            if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
+                # Our own earlier attempt (whose outcome was unknown) made the decision.
+                return self.complete(meta, etag)
             partitions = {t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()}
             prepared = meta.transition(
                 TxnState.PREPARE_COMMIT,
@@ -449,6 +469,14 @@ class TransactionCoordinator:
                     raise InvalidTxnStateError("transaction was aborted by the coordinator")
                 return  # nothing registered (empty transaction) or already completed
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            if meta.state is target:
+                # Our own earlier attempt (whose outcome was unknown) got as far as the
+                # decision: finish it, the markers and the Complete state are idempotent.
+                try:
+                    self.complete(meta, etag)
+                except PreconditionFailedError:
+                    continue
+                return
             try:
                 prepared = meta.transition(target)
                 etag = self.cas(prepared, etag)

@@ -1,0 +1,146 @@
+"""Run a transaction over 2 tables x 3 partitions (plus a group offset) and SIGKILL itself.
+
+Usage: ``python crash_txn.py WAREHOUSE_URL CRASH_POINT [TIMEOUT_MS]``
+
+The warehouse must hold tables ``ta`` and ``tb`` (3 partitions each). The script runs one
+committed warm-up transaction (``t1-*`` records, group offset 1), then transaction ``t2``
+(``t2-*`` records, group offset 2) with a crash armed at ``CRASH_POINT``; the crash is a
+real ``os.kill(os.getpid(), SIGKILL)`` from inside a monkeypatched library call. Before
+arming, it prints one JSON line with the producer id and epoch. Exit code 3 means the
+crash point was never reached.
+
+Crash points:
+
+* ``registered``: first table's partitions registered (AddPartitions), before any data
+  commit of t2.
+* ``data_committed``: all data of t2 committed, before the PrepareCommit CAS.
+* ``prepare_commit``: PrepareCommit written, before any marker.
+* ``some_markers``: COMMIT markers of ``ta`` written, not those of ``tb``.
+* ``all_markers``: every COMMIT marker written, before the CompleteCommit CAS.
+* ``prepare_abort``: the producer aborts t2; PrepareAbort written, before any marker.
+* ``some_abort_markers``: ABORT markers of ``ta`` written, not those of ``tb``.
+* ``short_prepare_commit``, ``short_some_markers``, ``short_all_markers``: as above, but t2
+  sends no group offsets and nothing before the commit, so the producer takes the short
+  path: PrepareCommit carries the data as an intent, and each table gets one log version
+  holding its data and markers together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from txntable import Producer, TopicPartition, Warehouse
+from txntable.coordinator import TransactionCoordinator, TxnState
+from txntable.groups import OffsetAndMetadata
+from txntable.table import Table
+
+TID = "crash-tid"
+GROUP = "crash-g"
+TABLES = ("ta", "tb")
+PARTITIONS = 3
+RECORDS_PER_PARTITION = 4
+SOURCE_TP = TopicPartition("src", 0)
+POINTS = (
+    "registered",
+    "data_committed",
+    "prepare_commit",
+    "some_markers",
+    "all_markers",
+    "prepare_abort",
+    "some_abort_markers",
+    "short_prepare_commit",
+    "short_some_markers",
+    "short_all_markers",
+)
+
+
+def die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(point: str) -> None:
+    """Monkeypatch the library so the process SIGKILLs itself at ``point``."""
+    point = point.removeprefix("short_")
+    orig_append = Table.append
+    orig_cas = TransactionCoordinator.cas
+
+    def append(self, batches, markers=None, app_txn=None, transactional_id=None):  # type: ignore[no-untyped-def]
+        if point == "registered" and batches:
+            die()  # add_partitions for this table returned; its data is not committed
+        result = orig_append(self, batches, markers, app_txn, transactional_id)
+        if markers and self.name == "ta":
+            kind = markers[0].type
+            if (point, kind) in (("some_markers", "COMMIT"), ("some_abort_markers", "ABORT")):
+                die()  # ta's markers are in its log; tb's are not
+        return result
+
+    def cas(self, meta, etag):  # type: ignore[no-untyped-def]
+        if point == "data_committed" and meta.state is TxnState.PREPARE_COMMIT:
+            die()
+        if point == "all_markers" and meta.state is TxnState.COMPLETE_COMMIT:
+            die()
+        new_etag = orig_cas(self, meta, etag)
+        if (point, meta.state) in (
+            ("prepare_commit", TxnState.PREPARE_COMMIT),
+            ("prepare_abort", TxnState.PREPARE_ABORT),
+        ):
+            die()
+        return new_etag
+
+    Table.append = append  # type: ignore[method-assign]
+    TransactionCoordinator.cas = cas  # type: ignore[method-assign]
+
+
+def send_all(producer: Producer, tag: str) -> None:
+    for table in TABLES:
+        for p in range(PARTITIONS):
+            for i in range(RECORDS_PER_PARTITION):
+                value = f"{tag}-{table}-{p}-{i}".encode()
+                producer.send(table, value=value, key=value, partition=p)
+
+
+def main() -> int:
+    url, point = sys.argv[1], sys.argv[2]
+    timeout_ms = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+    if point not in POINTS:
+        print(f"unknown crash point {point!r}", file=sys.stderr)
+        return 2
+    wh = Warehouse(url)
+    # Huge linger and batch size: nothing is sent before flush/commit, so the order of
+    # library calls (and so each crash point) is deterministic.
+    producer = Producer(
+        wh,
+        transactional_id=TID,
+        transaction_timeout_ms=timeout_ms,
+        linger_ms=3_600_000,
+        batch_size=1 << 30,
+    )
+    producer.init_transactions()
+
+    producer.begin_transaction()
+    send_all(producer, "t1")
+    producer.send_offsets_to_transaction({SOURCE_TP: OffsetAndMetadata(1, "t1")}, GROUP)
+    producer.commit_transaction()
+
+    print(json.dumps({"producer_id": producer.producer_id, "epoch": producer.producer_epoch}))
+    sys.stdout.flush()
+    arm(point)
+
+    producer.begin_transaction()
+    send_all(producer, "t2")
+    if not point.startswith("short_"):
+        producer.send_offsets_to_transaction({SOURCE_TP: OffsetAndMetadata(2, "t2")}, GROUP)
+    if point in ("prepare_abort", "some_abort_markers"):
+        producer.flush()
+        producer.abort_transaction()
+    else:
+        producer.commit_transaction()
+    return 3  # the crash point was never reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
