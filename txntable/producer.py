@@ -292,9 +292,10 @@ class Producer:
         try:
             if self._txn_partitions:
                 self._coordinator_cache = None
-                self.coordinator.end_transaction(
-                    self.transactional_id, self.producer_id, self.producer_epoch, commit
-                )
+                tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
+                # Transient errors (an unresolved ambiguous write) are retried: EndTxn
+                # resumes its own prepared decision, so a retry never decides twice.
+                self._retry(lambda: self.coordinator.end_transaction(tid, pid, epoch, commit))
         except ProducerFencedError as e:
             txn.fail(e, fatal=True)
             raise
@@ -394,7 +395,11 @@ class Producer:
     def _wait_all(self) -> None:
         with self._cond:
             futures = [f for b in self._buffers.values() for f in b.futures] + list(self._in_flight)
-            self._flush_requested = True
+            # Only a non-empty buffer needs the flag (the sender clears it when it drains);
+            # set with nothing buffered, it outlived this call and the next record was sent
+            # at once, ignoring linger_ms.
+            if self._buffers:
+                self._flush_requested = True
             self._cond.notify_all()
         for f in futures:
             try:
@@ -538,9 +543,8 @@ class Producer:
             if new:
                 assert self.transactional_id is not None
                 self._coordinator_cache = None
-                self.coordinator.add_partitions(
-                    self.transactional_id, self.producer_id, self.producer_epoch, {topic: new}
-                )
+                tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
+                self._retry(lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}))
                 self._txn_partitions.setdefault(topic, set()).update(new)
         result, _ = self._retry(
             lambda: table.append(pending, transactional_id=self.transactional_id)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from txntable.actions import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     AbortedTxn,
     Action,
     AppTxn,
@@ -223,7 +225,16 @@ def checkpoint_actions(snap: TableSnapshot) -> list[Action]:
         if part.log_start_offset:
             out.append(LogStart(part.partition, part.log_start_offset))
     out.extend(snap.app_txns.values())
-    out.extend(snap.offsets.values())
+    # A committed transactional offset keeps its producer id; replayed as such it would be
+    # pending again (its COMMIT marker is behind the checkpoint), so write it as plain.
+    out.extend(
+        replace(o, producerId=NO_PRODUCER_ID, producerEpoch=NO_PRODUCER_EPOCH)
+        if o.producerId >= 0
+        else o
+        for o in snap.offsets.values()
+    )
+    if snap.last_commit_timestamp:
+        out.append(CommitInfo(snap.last_commit_timestamp, "CHECKPOINT", ""))
     for pending in snap.pending_offsets.values():
         out.extend(pending.values())
     return out

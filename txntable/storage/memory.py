@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
-import itertools
 import hashlib
+import itertools
 import threading
 from collections.abc import Iterator
 

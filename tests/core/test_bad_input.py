@@ -1,0 +1,222 @@
+"""Bad input gives a typed error, and nothing already committed is lost."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+from collections.abc import Callable
+
+import pytest
+
+from core.helpers import read_all, write_batch
+from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable.actions import Batch
+from txntable.errors import (
+    BufferExhaustedError,
+    CorruptLogError,
+    InvalidTableNameError,
+    MissingSegmentError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+    TableExistsError,
+    TableNotFoundError,
+    UnsupportedProtocolError,
+)
+from txntable.records import ProducerRecord, encode_segment
+
+MakeProducer = Callable[..., Producer]
+TP = TopicPartition("orders", 0)
+
+
+@pytest.fixture
+def orders(local_wh: Warehouse, make_producer: MakeProducer) -> Warehouse:
+    """Two committed versions on local disk: offsets 0-1 and 2."""
+    local_wh.create_table("orders", partitions=1)
+    p = make_producer(local_wh)
+    for values in ([b"a", b"b"], [b"c"]):
+        futures = [p.send("orders", value=v, partition=0) for v in values]
+        p.flush()
+        [f.result(timeout=10) for f in futures]
+    return local_wh
+
+
+def lake_path(wh: Warehouse, key: str) -> pathlib.Path:
+    return pathlib.Path(wh.store.url.removeprefix("file://"), key)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b'{"batch":{"partition":0,"baseOffset":3,"count":1,"pa',  # truncated
+        b"not json at all\n",
+        b'{"batch":{"partition":0,"baseOffset":9,"count":1,"path":"p","size":1}}\n',  # gap
+    ],
+)
+def test_corrupt_log_version(orders: Warehouse, damage: bytes) -> None:
+    key = "orders/_log/00000000000000000003.json"
+    lake_path(orders, key).write_bytes(damage)
+    with pytest.raises(CorruptLogError) as info:
+        orders.table("orders").snapshot()
+    assert info.value.path == key and key in str(info.value)
+    consumer = Consumer(orders, isolation_level="read_uncommitted")
+    with pytest.raises(CorruptLogError, match="00000000000000000003"):
+        consumer.assign([TP])
+    # Every earlier version still reads fine.
+    log = orders.table("orders").log
+    assert log.load(version=2).partition(0).high_watermark == 3
+    assert log.load(version=1).partition(0).high_watermark == 2
+    # A writer cannot get past the damaged version (it neither overwrites nor skips it).
+    with pytest.raises(CorruptLogError):
+        write_batch(orders.table("orders"), 0, [b"d"])
+    assert not lake_path(orders, "orders/_log/00000000000000000004.json").exists()
+
+
+def test_corrupt_version_seen_by_a_live_consumer(orders: Warehouse) -> None:
+    consumer = Consumer(orders, isolation_level="read_committed")
+    consumer.assign([TP])
+    consumer.seek_to_beginning()
+    assert [r.value for r in consumer.poll(timeout_ms=0)[TP]] == [b"a", b"b", b"c"]
+    key = "orders/_log/00000000000000000003.json"
+    lake_path(orders, key).write_bytes(b'{"marker": {"partition": 0}}\n')
+    with pytest.raises(CorruptLogError, match="missing required field") as info:
+        consumer.poll(timeout_ms=0)
+    assert info.value.path == key
+
+
+def test_protocol_from_the_future(orders: Warehouse) -> None:
+    orders.store.put_if_absent(
+        "orders/_log/00000000000000000003.json",
+        b'{"protocol":{"minReaderVersion":99,"minWriterVersion":99}}\n',
+    )
+    with pytest.raises(UnsupportedProtocolError, match="reader version 99"):
+        orders.table("orders").snapshot()
+    c = Consumer(orders, isolation_level="read_uncommitted")
+    with pytest.raises(UnsupportedProtocolError):
+        c.assign([TP])
+    assert orders.table("orders").log.load(version=2).partition(0).high_watermark == 3
+
+
+def test_missing_segment(orders: Warehouse) -> None:
+    snap = orders.table("orders").snapshot()
+    first = snap.partition(0).entries[0]
+    assert isinstance(first, Batch)
+    os.unlink(lake_path(orders, first.path))
+    c = Consumer(orders, isolation_level="read_uncommitted")
+    c.assign([TP])
+    c.seek_to_beginning()
+    with pytest.raises(MissingSegmentError) as info:
+        c.poll(timeout_ms=0)
+    assert info.value.path == first.path and first.path in str(info.value)
+    assert c.position(TP) == 0  # nothing skipped silently
+    c.seek(TP, 2)  # the other segment is still there
+    assert [(r.offset, r.value) for r in c.poll(timeout_ms=0)[TP]] == [(2, b"c")]
+
+
+def test_missing_segment_of_aborted_batch_is_never_read(
+    wh: Warehouse, make_producer: MakeProducer
+) -> None:
+    wh.create_table("orders", partitions=1)
+    p = make_producer(wh, transactional_id="tx")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("orders", value=b"gone", partition=0)
+    p.flush()
+    p.abort_transaction()
+    p.begin_transaction()
+    p.send("orders", value=b"kept", partition=0)
+    p.commit_transaction()
+    aborted = wh.table("orders").snapshot().partition(0).entries[0]
+    assert isinstance(aborted, Batch)
+    wh.store.delete(aborted.path)
+    assert read_all(wh, "orders", [0], "read_committed") == {0: [(2, b"kept")]}
+    with pytest.raises(MissingSegmentError):
+        read_all(wh, "orders", [0], "read_uncommitted")
+
+
+def test_damaged_segments(wh: Warehouse) -> None:
+    table = wh.create_table("orders", partitions=1)
+    write_batch(table, 0, [b"a", b"b"])
+    entry = table.snapshot().partition(0).entries[0]
+    assert isinstance(entry, Batch)
+    wh.store.put(entry.path, b"PAR1 garbage")
+    with pytest.raises(CorruptLogError, match="not readable Parquet") as info:
+        read_all(wh, "orders", [0], "read_uncommitted")
+    assert info.value.path == entry.path
+    wh.store.put(entry.path, encode_segment([ProducerRecord(None, b"only one")]))
+    with pytest.raises(SchemaMismatchError, match="has 1 records, its batch says 2"):
+        read_all(wh, "orders", [0], "read_uncommitted")
+
+
+BAD_NAMES = ["", "a/b", "/abs", "..", ".", "../up", "_x", "_log", "a b", "x\x00", "é", "a" * 250]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_invalid_table_names(wh: Warehouse, name: str) -> None:
+    with pytest.raises(InvalidTableNameError):
+        wh.create_table(name)
+    with pytest.raises(InvalidTableNameError):
+        wh.table(name)
+    assert list(wh.store.list("")) == []
+
+
+def test_table_existence(wh: Warehouse) -> None:
+    wh.create_table("a.b-C_1", partitions=2)
+    with pytest.raises(TableExistsError):
+        wh.create_table("a.b-C_1", partitions=5)
+    assert wh.table("a.b-C_1").num_partitions == 2
+    with pytest.raises(TableNotFoundError):
+        wh.table("missing")
+    assert wh.list_tables() == ["a.b-C_1"]
+    with pytest.raises(ValueError):
+        wh.create_table("zero", partitions=0)
+
+
+def test_record_too_large(wh: Warehouse, make_producer: MakeProducer) -> None:
+    wh.create_table("orders", partitions=1)
+    p = make_producer(wh, max_request_size=1000)
+    with pytest.raises(RecordTooLargeError, match="max_request_size 1000"):
+        p.send("orders", value=b"x" * 1000, partition=0)
+    with pytest.raises(RecordTooLargeError):
+        p.send("orders", value=b"x", key=b"k" * 990, partition=0)
+    p.flush()
+    assert wh.table("orders").snapshot().version == 0
+    assert [k for k in wh.store.list("orders/") if "/data/" in k] == []
+    ok = p.send("orders", value=b"x" * 900, partition=0)
+    p.flush()
+    assert ok.result(timeout=10).offset == 0
+
+
+def test_buffer_exhausted(wh: Warehouse, make_producer: MakeProducer) -> None:
+    wh.create_table("orders", partitions=1)
+    p = make_producer(wh, buffer_memory=200, max_block_ms=100)
+    first = p.send("orders", value=b"x" * 100, partition=0)  # 121 bytes buffered
+    start = time.monotonic()
+    with pytest.raises(BufferExhaustedError, match="max_block_ms=100"):
+        p.send("orders", value=b"y" * 100, partition=0)
+    assert time.monotonic() - start >= 0.09
+    p.flush()
+    assert first.result(timeout=10).offset == 0
+    second = p.send("orders", value=b"z" * 100, partition=0)  # room again after the flush
+    p.flush()
+    assert second.result(timeout=10).offset == 1
+    assert read_all(wh, "orders", [0], "read_uncommitted") == {
+        0: [(0, b"x" * 100), (1, b"z" * 100)]
+    }
+
+
+def test_wrong_types_and_partitions(wh: Warehouse, make_producer: MakeProducer) -> None:
+    from txntable.errors import IllegalStateError, UnknownTopicOrPartitionError
+
+    wh.create_table("orders", partitions=1)
+    p = make_producer(wh)
+    with pytest.raises(TypeError):
+        p.send("orders", value="text")  # type: ignore[arg-type]
+    with pytest.raises(UnknownTopicOrPartitionError):
+        p.send("orders", value=b"x", partition=1)
+    with pytest.raises(TableNotFoundError):
+        p.send("nope", value=b"x")
+    p.close()
+    with pytest.raises(IllegalStateError):
+        p.send("orders", value=b"x")
+    assert wh.table("orders").snapshot().version == 0

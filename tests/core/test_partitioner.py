@@ -1,0 +1,62 @@
+"""Kafka's default partitioner: murmur2 against Kafka's own test vectors. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from txntable.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+
+# Kafka's UtilsTest.testMurmur2.
+VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize(("key", "expected"), sorted(VECTORS.items()))
+def test_murmur2_matches_kafka(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
+
+
+@pytest.mark.parametrize(("key", "hashed"), sorted(VECTORS.items()))
+@pytest.mark.parametrize("partitions", [1, 2, 3, 7, 12, 100])
+def test_partition_for_key(key: bytes, hashed: int, partitions: int) -> None:
+    positive = hashed + 2**31 if hashed < 0 else hashed  # Java's hash & 0x7fffffff
+    assert partition_for_key(key, partitions) == positive % partitions
+
+
+def test_known_partitions() -> None:
+    assert [partition_for_key(k, 3) for k in sorted(VECTORS)] == [0, 2, 2, 0, 0, 2]
+    assert partition_for_key(b"21", 100) == 40
+    assert partition_for_key(b"abc", 7) == 4
+
+
+def test_hash_range() -> None:
+    for i in range(2000):
+        h = murmur2(str(i).encode())
+        assert -(2**31) <= h < 2**31
+        assert 0 <= to_positive(h) < 2**31
+    assert to_positive(-1) == 2**31 - 1 and to_positive(-(2**31)) == 0
+
+
+def test_sticky_partitioner() -> None:
+    sp = StickyPartitioner()
+    first = sp.partition("t", None, 4)
+    assert all(sp.partition("t", None, 4) == first for _ in range(10))
+    assert sp.partition("t", b"21", 100) == 40  # keyed records ignore stickiness
+    seen = {first}
+    for _ in range(20):
+        sp.on_new_batch("t", 4)
+        nxt = sp.partition("t", None, 4)
+        assert nxt != first
+        first = nxt
+        seen.add(nxt)
+    assert len(seen) > 1
+    single = StickyPartitioner()
+    assert single.partition("u", None, 1) == 0
+    single.on_new_batch("u", 1)
+    assert single.partition("u", None, 1) == 0
