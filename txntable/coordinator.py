@@ -295,20 +295,47 @@ class TransactionCoordinator:
                 batches, markers, transactional_id=meta.transactional_id
             )
 
+    def _next_epoch(self, meta: TxnMetadata) -> dict[str, int]:
+        """The producer id and epoch after ``meta``'s epoch, rotating the id when exhausted."""
+        if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+            # Epoch exhausted: rotate to a new producer id (Kafka's KIP-360).
+            return {"producer_id": self.allocator.allocate(), "producer_epoch": 0}
+        return {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch + 1}
+
     def complete(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
-        """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state."""
+        """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state.
+
+        The Complete state carries the next epoch (Kafka's KIP-890 bumps the epoch with every
+        transaction): the producer continues under it, so a marker of this transaction that
+        a slow completer writes late is refused once the next transaction has written, and
+        can never close it.
+
+        Raises:
+            PreconditionFailedError: Another client completed the transaction first (its CAS
+                won, or the table already refuses this epoch because the producer moved on).
+        """
         if meta.state is TxnState.PREPARE_COMMIT:
-            self.write_markers(meta, "COMMIT")
-            done = meta.transition(
-                TxnState.COMPLETE_COMMIT, partitions={}, txn_start_timestamp=-1, intent={}
-            )
+            marker, to = "COMMIT", TxnState.COMPLETE_COMMIT
         elif meta.state is TxnState.PREPARE_ABORT:
-            self.write_markers(meta, "ABORT")
-            done = meta.transition(
-                TxnState.COMPLETE_ABORT, partitions={}, txn_start_timestamp=-1, intent={}
-            )
+            marker, to = "ABORT", TxnState.COMPLETE_ABORT
         else:
             raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
+        try:
+            self.write_markers(meta, marker)
+        except ProducerFencedError as e:
+            raise PreconditionFailedError(
+                f"transactional id {meta.transactional_id}: transaction already completed and "
+                f"superseded ({e})"
+            ) from e
+        done = meta.transition(
+            to,
+            partitions={},
+            txn_start_timestamp=-1,
+            intent={},
+            last_producer_id=meta.producer_id,
+            last_producer_epoch=meta.producer_epoch,
+            **self._next_epoch(meta),
+        )
         return done, self.cas(done, etag)
 
     def fence_and_abort(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
@@ -352,33 +379,36 @@ class TransactionCoordinator:
                     continue
                 if meta.state is TxnState.DEAD:
                     raise InvalidTxnStateError(f"transactional id {transactional_id} is dead")
-                if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
-                    # Epoch exhausted: rotate to a new producer id (Kafka's KIP-360).
-                    new = meta.transition(
-                        TxnState.EMPTY,
-                        producer_id=self.allocator.allocate(),
-                        producer_epoch=0,
-                        last_producer_id=meta.producer_id,
-                        last_producer_epoch=meta.producer_epoch,
-                        timeout_ms=timeout_ms,
-                    )
-                else:
-                    new = meta.transition(
-                        TxnState.EMPTY,
-                        producer_epoch=meta.producer_epoch + 1,
-                        last_producer_epoch=meta.producer_epoch,
-                        timeout_ms=timeout_ms,
-                    )
+                new = meta.transition(
+                    TxnState.EMPTY,
+                    last_producer_id=meta.producer_id,
+                    last_producer_epoch=meta.producer_epoch,
+                    timeout_ms=timeout_ms,
+                    **self._next_epoch(meta),
+                )
                 self.cas(new, etag)
                 return new.producer_id, new.producer_epoch
             except PreconditionFailedError:
                 time.sleep(random.uniform(0, 0.01))
 
-    def _load_checked(self, transactional_id: str, pid: int, epoch: int) -> tuple[TxnMetadata, str]:
+    @staticmethod
+    def completed_for(meta: TxnMetadata, pid: int, epoch: int) -> bool:
+        """Whether ``meta`` is the Complete state of the transaction ``pid``/``epoch`` ran."""
+        return (
+            meta.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and meta.last_producer_id == pid
+            and meta.last_producer_epoch == epoch
+        )
+
+    def _load_checked(
+        self, transactional_id: str, pid: int, epoch: int, allow_completed: bool = False
+    ) -> tuple[TxnMetadata, str]:
         loaded = self.load(transactional_id)
         if loaded is None:
             raise InvalidTxnStateError(f"transactional id {transactional_id} is not initialised")
         meta, etag = loaded
+        if allow_completed and self.completed_for(meta, pid, epoch):
+            return meta, etag
         if meta.producer_id != pid or meta.producer_epoch != epoch:
             raise ProducerFencedError(
                 f"transactional id {transactional_id}: producer {pid} epoch {epoch} is fenced "
@@ -435,8 +465,12 @@ class TransactionCoordinator:
         """
         while True:
             if cached is None:
-                cached = self._load_checked(transactional_id, pid, epoch)
+                cached = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
             meta, etag = cached
+            if self.completed_for(meta, pid, epoch):
+                if meta.state is TxnState.COMPLETE_ABORT:
+                    raise InvalidTxnStateError("transaction was aborted by the coordinator")
+                return meta, etag  # another client finished our decision
             if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
                 # Our own earlier attempt (whose outcome was unknown) made the decision.
                 return self.complete(meta, etag)
@@ -452,38 +486,48 @@ class TransactionCoordinator:
             except PreconditionFailedError:
                 cached = None
                 continue
-            return self.complete(prepared, etag)
+            try:
+                return self.complete(prepared, etag)
+            except PreconditionFailedError:
+                cached = None  # another client completed it first: reload and confirm
 
-    def end_transaction(self, transactional_id: str, pid: int, epoch: int, commit: bool) -> None:
+    def end_transaction(
+        self, transactional_id: str, pid: int, epoch: int, commit: bool
+    ) -> tuple[int, int]:
         """Kafka's EndTxn: CAS to Prepare*, write markers, CAS to Complete*.
+
+        Returns:
+            The producer id and epoch the producer continues with (the epoch is bumped by
+            every completed transaction).
 
         Raises:
             ProducerFencedError: The producer was fenced.
-            InvalidTxnStateError: The transaction was already ended otherwise (e.g. aborted
-                by a timeout) and the producer asked to commit it.
+            InvalidTxnStateError: The transaction ended the other way: aborted by the
+                coordinator (a timeout) when committing, or already decided to commit (an
+                earlier attempt whose outcome was unknown) when aborting.
         """
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         while True:
-            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            meta, etag = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
+            if self.completed_for(meta, pid, epoch):
+                committed = meta.state is TxnState.COMPLETE_COMMIT
+                if committed != commit:
+                    raise InvalidTxnStateError(
+                        f"transactional id {transactional_id}: the transaction was "
+                        f"{'committed' if committed else 'aborted'} (state {meta.state.value})"
+                    )
+                return meta.producer_id, meta.producer_epoch
             if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-                if meta.state is TxnState.COMPLETE_ABORT and commit:
-                    raise InvalidTxnStateError("transaction was aborted by the coordinator")
-                return  # nothing registered (empty transaction) or already completed
-            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            if meta.state is target:
-                # Our own earlier attempt (whose outcome was unknown) got as far as the
-                # decision: finish it, the markers and the Complete state are idempotent.
-                try:
-                    self.complete(meta, etag)
-                except PreconditionFailedError:
-                    continue
-                return
+                return pid, epoch  # nothing was registered: an empty transaction
             try:
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    # Our own earlier attempt (outcome unknown) made a decision: finish it;
+                    # the completed state then tells which way it went.
+                    self.complete(meta, etag)
+                    continue
                 prepared = meta.transition(target)
                 etag = self.cas(prepared, etag)
+                done, _ = self.complete(prepared, etag)
+                return done.producer_id, done.producer_epoch
             except PreconditionFailedError:
-                continue
-            try:
-                self.complete(prepared, etag)
-            except PreconditionFailedError:
-                continue  # another client completed it first: reload and confirm
-            return
+                continue  # another client moved it first: reload and confirm

@@ -25,6 +25,7 @@ from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
     InvalidTxnStateError,
+    KafkaTimeoutError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     RecordTooLargeError,
@@ -39,6 +40,7 @@ from txntable.groups import (
 )
 from txntable.log import now_ms
 from txntable.partitioner import StickyPartitioner
+from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
@@ -115,6 +117,7 @@ class Producer:
         self._txn_partitions: dict[str, set[int]] = {}
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
+        self._end_retry: Callable[[], None] | None = None
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._buffers: dict[TopicPartition, _Buffer] = {}
@@ -142,12 +145,17 @@ class Producer:
         is completed. The epoch is bumped, so the old instance is fenced everywhere.
         """
         txn = self._require_txn()
-        txn.transition(_C.INITIALIZING)
-        assert self.transactional_id is not None
+        if txn.state is not _C.INITIALIZING:  # INITIALIZING: retrying a timed-out attempt
+            txn.transition(_C.INITIALIZING)
+        tid = self.transactional_id or ""
         try:
-            self.producer_id, self.producer_epoch = self.coordinator.init_producer_id(
-                self.transactional_id, self.transaction_timeout_ms
+            self.producer_id, self.producer_epoch = self._retry(
+                lambda: self.coordinator.init_producer_id(tid, self.transaction_timeout_ms)
             )
+        except (TransientStorageError, OSError) as e:
+            raise KafkaTimeoutError(
+                f"init_transactions did not finish ({e}); call it again to retry"
+            ) from e
         except TxnTableError as e:
             txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise
@@ -171,6 +179,9 @@ class Producer:
             TxnTableError: A send of the transaction failed; call ``abort_transaction``.
         """
         txn = self._require_txn()
+        if txn.state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
+            self._end_retry()  # the previous attempt's outcome was unknown: finish it
+            return
         txn.require("commit a transaction", _C.IN_TRANSACTION)
         txn.transition(_C.COMMITTING_TRANSACTION)
         short = self._take_for_short_path()
@@ -198,23 +209,12 @@ class Producer:
         """Commit with P segment PUTs, a CAS to PrepareCommit with the intent, one log version
         per table (data and markers together) and a CAS to CompleteCommit."""
         txn = self._require_txn()
-        assert self.transactional_id is not None
         by_table: dict[str, list[_Drained]] = {}
         for d in sorted(drained, key=lambda d: d.tp):
             by_table.setdefault(d.tp.topic, []).append(d)
         try:
             intent = {t: tuple(self._write_segments(t, items)) for t, items in by_table.items()}
-            self._coordinator_cache = self._retry(
-                lambda: self.coordinator.commit_short_path(
-                    self.transactional_id or "",
-                    self.producer_id,
-                    self.producer_epoch,
-                    intent,
-                    self._coordinator_cache,
-                )
-            )
         except TxnTableError as e:
-            self._coordinator_cache = None
             for d in drained:
                 for f in d.futures:
                     f.set_exception(e)
@@ -224,22 +224,71 @@ class Producer:
             with self._cond:
                 self._buffered_bytes -= sum(d.size for d in drained)
                 self._cond.notify_all()
-        for topic, items in by_table.items():
-            snap = self._table(topic).snapshot(refresh=False)
-            for d, batch in zip(items, intent[topic], strict=True):
-                entry = snap.partition(d.tp.partition).producers[self.producer_id]
-                meta = entry.find_duplicate(
-                    self.producer_epoch, batch.base_sequence, batch.last_sequence
+        self._end_retry = lambda: self._finish_short_path(by_table, intent)
+        self._end_retry()
+
+    def _finish_short_path(
+        self, by_table: dict[str, list[_Drained]], intent: dict[str, tuple[PendingBatch, ...]]
+    ) -> None:
+        txn = self._require_txn()
+        tid = self.transactional_id or ""
+        pid, epoch = self.producer_id, self.producer_epoch
+        try:
+            done, etag = self._retry(
+                lambda: self.coordinator.commit_short_path(
+                    tid, pid, epoch, intent, self._coordinator_cache
                 )
-                assert meta is not None, "a committed short-path batch is in the snapshot"
+            )
+        except (TransientStorageError, OSError) as e:
+            self._coordinator_cache = None
+            raise KafkaTimeoutError(
+                f"commit outcome unknown ({e}); call commit_transaction() again to finish it"
+            ) from e
+        except TxnTableError as e:
+            self._coordinator_cache = None
+            self._end_retry = None
+            for items in by_table.values():
+                for d in items:
+                    for f in d.futures:
+                        f.set_exception(e)
+            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
+            raise
+        for topic, items in by_table.items():
+            table = self._table(topic)
+            for d, batch in zip(items, intent[topic], strict=True):
+                meta = self._committed_batch(table, d.tp.partition, batch)
+                if meta is None:  # another client finished our decision: catch up once
+                    table.snapshot(refresh=True)
+                    meta = self._committed_batch(table, d.tp.partition, batch)
+                assert meta is not None, "a committed short-path batch is in the log"
                 for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
                     offset = meta.base_offset + i
                     f.set_result(RecordMetadata(topic, d.tp.partition, offset, r.timestamp))
-        txn.transition(_C.READY)
+        self._coordinator_cache = (done, etag)
+        self._transaction_ended(done.producer_id, done.producer_epoch)
+
+    @staticmethod
+    def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
+        entry = table.snapshot(refresh=False).partition(partition).producers.get(batch.producer_id)
+        if entry is None:
+            return None
+        return entry.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+
+    def _transaction_ended(self, producer_id: int, producer_epoch: int) -> None:
+        """Continue under the epoch the completed transaction bumped to (KIP-890)."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self._sequences.clear()
+        self._txn_partitions = {}
+        self._txn_error = None
+        self._end_retry = None
+        self._require_txn().transition(_C.READY)
 
     def abort_transaction(self) -> None:
         """Abort: drop unsent records, then write ABORT markers where data was committed."""
         txn = self._require_txn()
+        if txn.state is _C.ABORTING_TRANSACTION and self._end_retry is not None:
+            self._end_retry()  # the previous attempt's outcome was unknown: finish it
+            return
         txn.require("abort a transaction", _C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
         txn.transition(_C.ABORTING_TRANSACTION)
         self._drop_buffered(InvalidTxnStateError("transaction aborted before send"))
@@ -288,29 +337,32 @@ class Producer:
 
     def _end_transaction(self, commit: bool) -> None:
         txn = self._require_txn()
-        assert self.transactional_id is not None
+        if not self._txn_partitions:
+            self._transaction_ended(self.producer_id, self.producer_epoch)  # nothing registered
+            return
+        self._coordinator_cache = None
+        tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
         try:
-            if self._txn_partitions:
-                self._coordinator_cache = None
-                tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
-                # Transient errors (an unresolved ambiguous write) are retried: EndTxn
-                # resumes its own prepared decision, so a retry never decides twice.
-                self._retry(lambda: self.coordinator.end_transaction(tid, pid, epoch, commit))
+            # Transient errors (an unresolved ambiguous write) are retried: EndTxn resumes its
+            # own prepared decision, so a retry never decides twice.
+            new_pid, new_epoch = self._retry(
+                lambda: self.coordinator.end_transaction(tid, pid, epoch, commit)
+            )
+        except (TransientStorageError, OSError) as e:
+            # Outcome unknown (Kafka's commit timeout): the same call must be retried.
+            self._end_retry = lambda: self._end_transaction(commit)
+            verb = "commit" if commit else "abort"
+            raise KafkaTimeoutError(
+                f"{verb} outcome unknown ({e}); call {verb}_transaction() again to finish it"
+            ) from e
         except ProducerFencedError as e:
             txn.fail(e, fatal=True)
             raise
         except TxnTableError as e:
+            self._end_retry = None
             txn.fail(e, fatal=False)
             raise
-        self._txn_partitions = {}
-        if not commit and self._txn_error is not None:
-            # Sequences of the failed batches are burnt: start over under a bumped epoch.
-            self.producer_id, self.producer_epoch = self.coordinator.init_producer_id(
-                self.transactional_id, self.transaction_timeout_ms
-            )
-            self._sequences.clear()
-            self._txn_error = None
-        txn.transition(_C.READY)
+        self._transaction_ended(new_pid, new_epoch)
 
     # --- sending -------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ C = ClientTxnState
 #: Legal previous states of each state (Kafka's ``State.isTransitionValid``).
 LEGAL_TRANSITIONS: dict[ClientTxnState, frozenset[ClientTxnState]] = {
     C.UNINITIALIZED: frozenset(),
-    C.INITIALIZING: frozenset({C.UNINITIALIZED, C.READY, C.ABORTING_TRANSACTION}),
+    C.INITIALIZING: frozenset({C.UNINITIALIZED, C.ABORTING_TRANSACTION}),
     C.READY: frozenset({C.INITIALIZING, C.COMMITTING_TRANSACTION, C.ABORTING_TRANSACTION}),
     C.IN_TRANSACTION: frozenset({C.READY}),
     C.COMMITTING_TRANSACTION: frozenset({C.IN_TRANSACTION}),

@@ -59,7 +59,15 @@ def test_ambiguous_log_put_is_resolved_by_reading_back(
     nxt = p.send("orders", value=b"v3", partition=0)
     p.flush()
     assert nxt.result(timeout=10).offset == (4 if transactional else 3)
-    assert [b.baseSequence for _, b in batches_in_log(wh, "orders")] == [0, 3]
+    logged = [b for _, b in batches_in_log(wh, "orders")]
+    if transactional:
+        # Every completed transaction bumps the epoch (KIP-890); sequences restart at 0.
+        assert [(b.producerEpoch, b.baseSequence) for b in logged] == [
+            (logged[0].producerEpoch, 0),
+            (logged[0].producerEpoch + 1, 0),
+        ]
+    else:
+        assert [b.baseSequence for b in logged] == [0, 3]
 
 
 def test_ambiguous_put_without_idempotence_is_resolved_by_reading_back(
@@ -235,12 +243,8 @@ def test_ambiguous_coordinator_write(
     wh.create_table("orders", partitions=1)
     fault = arm_nth(fault_store, "_coordinator/txn/", nth, read_back_fails)
     p = make_producer(wh, transactional_id="tx")
-    if nth == 1 and read_back_fails:
-        # init_transactions is not retried inside the client (as with Kafka, a timeout of
-        # InitProducerId is raised); a new instance finishes the job.
-        with pytest.raises(TransientStorageError):
-            p.init_transactions()
-        p = make_producer(wh, transactional_id="tx")
+    # A transient failure inside init_transactions is retried within delivery_timeout_ms
+    # (the retry finds the object it created and bumps the epoch again).
     p.init_transactions()
     p.begin_transaction()
     future = p.send("orders", value=b"v", partition=0)

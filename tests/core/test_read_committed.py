@@ -62,7 +62,9 @@ def test_skipping_aborted_transactions_advances_position(
     p.init_transactions()
     p.begin_transaction()
     assert send_batch(p, b"1", b"2") == [0, 1]
+    epoch = p.producer_epoch
     p.abort_transaction()
+    assert p.producer_epoch == epoch + 1  # every completed transaction bumps it (KIP-890)
     c = committed_consumer(orders)
     assert c.poll(timeout_ms=0) == {}
     assert c.position(TP) == 3  # skipped the batch and the ABORT marker
@@ -70,7 +72,7 @@ def test_skipping_aborted_transactions_advances_position(
     marker = part.entries[-1]
     assert isinstance(marker, Marker)
     assert (marker.offset, marker.type) == (2, "ABORT")
-    assert (marker.producerId, marker.producerEpoch) == (p.producer_id, p.producer_epoch)
+    assert (marker.producerId, marker.producerEpoch) == (p.producer_id, epoch)
     assert part.aborted == [AbortedTxn(0, p.producer_id, 0, 2, 3)]
 
 
@@ -92,16 +94,17 @@ def test_multiple_abort_markers(orders: Warehouse, make_producer: MakeProducer) 
     p.init_transactions()
     p.begin_transaction()
     assert send_batch(p, b"abort1-1", b"abort1-2") == [0, 1]
+    epoch = p.producer_epoch  # the aborted transaction's epoch; the producer moves past it
     p.abort_transaction()  # ABORT marker at 2
     table = orders.table("orders")
     version = table.snapshot().version
     # The writer itself never duplicates a marker: nothing is open, so nothing is written.
-    result, v = table.append([], [PendingMarker(0, p.producer_id, p.producer_epoch, "ABORT")])
+    result, v = table.append([], [PendingMarker(0, p.producer_id, epoch, "ABORT")])
     assert v == version and result.marker_offsets == {}
     assert table.snapshot().version == version
     # Force a raw duplicate ABORT marker at offset 3.
     snap = table.snapshot()
-    dup = Marker(0, 3, p.producer_id, p.producer_epoch, "ABORT")
+    dup = Marker(0, 3, p.producer_id, epoch, "ABORT")
     table.log.commit(snap, lambda s: CommitPlan([dup], None))
     assert table.snapshot().partition(0).entries[-1] == dup
     p.begin_transaction()

@@ -233,7 +233,8 @@ def test_new_producer_init_transactions_recovers(crashed, tmp_path: Path, point:
         meta.producer_epoch,
     )
     assert meta.producer_id == crash.producer_id
-    bumps = 2 if point in ONGOING_POINTS else 1  # the fence, then the new instance
+    # The fence (Ongoing only), completing the transaction (KIP-890), the new instance.
+    bumps = 3 if point in ONGOING_POINTS else 2
     assert meta.producer_epoch == crash.epoch + bumps
     check_outcome(wh, crash)
 
