@@ -18,6 +18,7 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -27,11 +28,11 @@ from txntable.append import PendingBatch, PendingMarker
 from txntable.errors import (
     CorruptLogError,
     InvalidTxnStateError,
-    ObjectExistsError,
     ObjectNotFoundError,
     PreconditionFailedError,
     ProducerFencedError,
     TransientStorageError,
+    UnsupportedProtocolError,
 )
 from txntable.groups import GROUPS_DIR
 from txntable.log import now_ms
@@ -42,6 +43,7 @@ from txntable.table import Table
 COORDINATOR_DIR = "_coordinator"
 PRODUCER_IDS_KEY = f"{COORDINATOR_DIR}/producer_ids.json"
 TXN_STATE_VERSION = 1
+PRODUCER_IDS_VERSION = 1
 #: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
 MAX_PRODUCER_EPOCH = 32767
 
@@ -94,7 +96,12 @@ class TxnMetadata:
     intent: dict[str, tuple[PendingBatch, ...]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        """Encode the object."""
+        """Encode the object.
+
+        Every write carries a fresh ``writeId``: two writes never have equal bytes, so an
+        etag (an MD5 of the bytes on local disk and S3) never repeats (no ABA for the CAS),
+        and reading back an ambiguous write recognises exactly our own bytes.
+        """
         return json.dumps(
             {
                 "version": TXN_STATE_VERSION,
@@ -109,48 +116,63 @@ class TxnMetadata:
                 "txnStartTimestamp": self.txn_start_timestamp,
                 "lastUpdateTimestamp": self.last_update_timestamp,
                 "intent": {
-                    t: [asdict(b) for b in batches] for t, batches in sorted(self.intent.items())
+                    t: [_pending_to_json(b) for b in batches]
+                    for t, batches in sorted(self.intent.items())
                 },
+                "writeId": uuid.uuid4().hex,
             },
             sort_keys=True,
+            separators=(",", ":"),
         ).encode()
 
     @staticmethod
     def from_json(data: bytes, path: str) -> TxnMetadata:
-        """Decode the object.
+        """Decode the object, strictly.
 
         Raises:
             CorruptLogError: If it is not a valid coordinator object.
             UnsupportedProtocolError: If it was written by a newer protocol version.
         """
-        from txntable.errors import UnsupportedProtocolError
-
         try:
-            obj: dict[str, Any] = json.loads(data)
-            if obj.get("version", 0) > TXN_STATE_VERSION:
-                raise UnsupportedProtocolError(
-                    f"coordinator object version {obj['version']} is newer than "
-                    f"{TXN_STATE_VERSION} ({path})"
-                )
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise CorruptLogError("coordinator object is not valid JSON", path) from None
+        if not isinstance(obj, dict):
+            raise CorruptLogError("coordinator object is not a JSON object", path)
+        version = _field(obj, "version", int, path)
+        if version > TXN_STATE_VERSION:
+            raise UnsupportedProtocolError(
+                f"coordinator object version {version} is newer than {TXN_STATE_VERSION} ({path})"
+            )
+        try:
+            state = TxnState(_field(obj, "state", str, path))
+        except ValueError:
+            raise CorruptLogError(f"unknown coordinator state {obj['state']!r}", path) from None
+        partitions = _field(obj, "partitions", dict, path)
+        intent = obj.get("intent", {})
+        if not isinstance(intent, dict):
+            raise CorruptLogError("coordinator field intent is not an object", path)
+        try:
             return TxnMetadata(
-                transactional_id=str(obj["transactionalId"]),
-                producer_id=int(obj["producerId"]),
-                producer_epoch=int(obj["producerEpoch"]),
-                state=TxnState(obj["state"]),
-                timeout_ms=int(obj["txnTimeoutMs"]),
+                transactional_id=_field(obj, "transactionalId", str, path),
+                producer_id=_field(obj, "producerId", int, path),
+                producer_epoch=_field(obj, "producerEpoch", int, path),
+                state=state,
+                timeout_ms=_field(obj, "txnTimeoutMs", int, path),
                 partitions={
-                    str(t): tuple(int(p) for p in ps) for t, ps in obj["partitions"].items()
+                    str(t): tuple(_checked(p, int, f"partitions.{t}", path) for p in ps)
+                    for t, ps in partitions.items()
                 },
-                txn_start_timestamp=int(obj["txnStartTimestamp"]),
-                last_update_timestamp=int(obj["lastUpdateTimestamp"]),
-                last_producer_id=int(obj.get("lastProducerId", -1)),
-                last_producer_epoch=int(obj.get("lastProducerEpoch", -1)),
+                txn_start_timestamp=_field(obj, "txnStartTimestamp", int, path),
+                last_update_timestamp=_field(obj, "lastUpdateTimestamp", int, path),
+                last_producer_id=_field(obj, "lastProducerId", int, path),
+                last_producer_epoch=_field(obj, "lastProducerEpoch", int, path),
                 intent={
-                    str(t): tuple(PendingBatch(**b) for b in batches)
-                    for t, batches in obj.get("intent", {}).items()
+                    str(t): tuple(_pending_from_json(b, path) for b in batches)
+                    for t, batches in intent.items()
                 },
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except TypeError as e:  # a list where an object belongs, and the like
             raise CorruptLogError(f"invalid coordinator object ({e})", path) from None
 
     def transition(self, to: TxnState, **changes: Any) -> TxnMetadata:
@@ -165,6 +187,47 @@ class TxnMetadata:
                 f"{self.state.value} to {to.value}"
             )
         return replace(self, state=to, last_update_timestamp=now_ms(), **changes)
+
+
+_PENDING_FIELDS = {
+    "partition": ("partition", int),
+    "path": ("path", str),
+    "count": ("count", int),
+    "size": ("size", int),
+    "producerId": ("producer_id", int),
+    "producerEpoch": ("producer_epoch", int),
+    "baseSequence": ("base_sequence", int),
+    "transactional": ("transactional", bool),
+    "minTimestamp": ("min_timestamp", int),
+    "maxTimestamp": ("max_timestamp", int),
+}
+
+
+def _checked(value: Any, kind: type, name: str, path: str) -> Any:
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not ok:
+        raise CorruptLogError(f"coordinator field {name} has invalid value {value!r}", path)
+    return value
+
+
+def _field(obj: dict[str, Any], name: str, kind: type, path: str) -> Any:
+    if name not in obj:
+        raise CorruptLogError(f"coordinator object misses field {name}", path)
+    return _checked(obj[name], kind, name, path)
+
+
+def _pending_to_json(batch: PendingBatch) -> dict[str, Any]:
+    body = asdict(batch)
+    return {camel: body[snake] for camel, (snake, _) in _PENDING_FIELDS.items()}
+
+
+def _pending_from_json(obj: Any, path: str) -> PendingBatch:
+    if not isinstance(obj, dict):
+        raise CorruptLogError("coordinator intent entry is not an object", path)
+    values = {
+        snake: _field(obj, camel, kind, path) for camel, (snake, kind) in _PENDING_FIELDS.items()
+    }
+    return PendingBatch(**values)
 
 
 class ProducerIdAllocator:
@@ -191,23 +254,49 @@ class ProducerIdAllocator:
             try:
                 obj = self.store.get(PRODUCER_IDS_KEY)
             except ObjectNotFoundError:
-                try:
-                    body = {"version": 1, "nextBlockStart": self.block_size}
-                    self.store.put_if_absent(PRODUCER_IDS_KEY, json.dumps(body).encode())
-                    return 0, self.block_size
-                except ObjectExistsError:
-                    continue
+                obj = None
+            start = 0 if obj is None else self._parse(obj.data)
+            # A fresh writeId makes our bytes unique, so an ambiguous write is recognised.
+            body = json.dumps(
+                {
+                    "version": PRODUCER_IDS_VERSION,
+                    "nextBlockStart": start + self.block_size,
+                    "writeId": uuid.uuid4().hex,
+                },
+                separators=(",", ":"),
+                sort_keys=True,
+            ).encode()
             try:
-                start = int(json.loads(obj.data)["nextBlockStart"])
-            except (ValueError, KeyError, TypeError):
-                raise CorruptLogError("invalid producer id block", PRODUCER_IDS_KEY) from None
-            body = {"version": 1, "nextBlockStart": start + self.block_size}
-            try:
-                self.store.put_if_match(PRODUCER_IDS_KEY, json.dumps(body).encode(), obj.etag)
+                if obj is None:
+                    self.store.put_if_absent(PRODUCER_IDS_KEY, body)
+                else:
+                    self.store.put_if_match(PRODUCER_IDS_KEY, body, obj.etag)
                 return start, start + self.block_size
             except PreconditionFailedError:
                 time.sleep(random.uniform(0, 0.01))
-        raise InvalidTxnStateError("could not reserve a producer id block")
+            except TransientStorageError:
+                try:
+                    landed = self.store.get(PRODUCER_IDS_KEY).data == body
+                except (ObjectNotFoundError, TransientStorageError):
+                    landed = False
+                if landed:
+                    return start, start + self.block_size
+        raise InvalidTxnStateError("could not reserve a producer id block after 1000 attempts")
+
+    @staticmethod
+    def _parse(data: bytes) -> int:
+        try:
+            obj = json.loads(data)
+            version, start = obj["version"], obj["nextBlockStart"]
+        except (ValueError, KeyError, TypeError):
+            raise CorruptLogError("invalid producer id block", PRODUCER_IDS_KEY) from None
+        if not isinstance(version, int) or version > PRODUCER_IDS_VERSION:
+            raise UnsupportedProtocolError(
+                f"producer id block version {version!r} is newer than {PRODUCER_IDS_VERSION}"
+            )
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise CorruptLogError("invalid nextBlockStart", PRODUCER_IDS_KEY)
+        return start
 
 
 MarkerWriter = Callable[[str, tuple[int, ...], int, int, str], None]

@@ -10,16 +10,17 @@ logs.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from txntable import config
-from txntable.actions import Action, CommitInfo, decode_actions, encode_actions
+from txntable.actions import Action, CommitInfo, check_protocol, decode_actions, encode_actions
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
@@ -34,6 +35,7 @@ LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
@@ -125,14 +127,16 @@ class Log:
         return version if isinstance(version, int) and version >= 0 else None
 
     def _list_checkpoints(self, at_most: int | None) -> list[int]:
+        """Checkpoint versions at or below ``at_most``, newest first (a cold-start fallback)."""
         versions = []
         for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
             name = key.rsplit("/", 1)[-1]
-            if name.endswith(".checkpoint.json"):
-                v = int(name.split(".", 1)[0])
+            stem, _, suffix = name.partition(".")
+            if suffix == "checkpoint.json" and stem.isdigit():
+                v = int(stem)
                 if at_most is None or v <= at_most:
                     versions.append(v)
-        return sorted(versions)
+        return sorted(versions, reverse=True)
 
     def _read_checkpoint(self, version: int) -> TableSnapshot | None:
         key = self.checkpoint_key(version)
@@ -142,25 +146,34 @@ class Log:
             return None
         return load_checkpoint(version, decode_actions(data, key), key)
 
+    def _checkpoint_candidates(self, version: int | None) -> Iterator[int]:
+        hint = self._checkpoint_hint()
+        if hint is not None and (version is None or hint <= version):
+            yield hint
+        # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
+        for listed in self._list_checkpoints(version):
+            if listed != hint:
+                yield listed
+
     def load(self, version: int | None = None) -> TableSnapshot:
         """Load the snapshot at ``version`` (latest if ``None``): checkpoint, then the tail.
 
+        A damaged checkpoint is skipped with a warning: checkpoints are derived data and the
+        log versions stay the source of truth.
+
         Raises:
             ObjectNotFoundError: If the log has no version 0 (no such table).
-            CorruptLogError: If a version or checkpoint is damaged.
+            CorruptLogError: If a log version is damaged.
         """
         snap: TableSnapshot | None = None
-        hint = self._checkpoint_hint()
-        candidates: list[int] = []
-        if hint is not None and (version is None or hint <= version):
-            candidates = [hint]
-        elif version is not None or hint is None:
-            candidates = self._list_checkpoints(version)[-1:]
-        for cp in candidates:
-            snap = self._read_checkpoint(cp)
-            if snap is None and hint is not None:  # stale or dangling hint: list instead
-                listed = self._list_checkpoints(version)
-                snap = self._read_checkpoint(listed[-1]) if listed else None
+        for cp in self._checkpoint_candidates(version):
+            try:
+                snap = self._read_checkpoint(cp)
+            except CorruptLogError as e:
+                _log.warning("skipping damaged checkpoint: %s", e)
+                continue
+            if snap is not None:
+                break
         if snap is None:
             snap = TableSnapshot()
             actions = self.read_version(0)
@@ -210,6 +223,8 @@ class Log:
             CommitConflictError: If ``max_attempts`` attempts all lost the race.
         """
         commit_id = uuid.uuid4().hex
+        if snap.protocol is not None:
+            check_protocol(snap.protocol, write=True)
         for attempt in range(self.max_attempts):
             plan = build(snap)
             if not plan.actions:
@@ -269,5 +284,5 @@ class Log:
             data = encode_actions(checkpoint_actions(snap))
             self.store.put(self.checkpoint_key(snap.version), data)
             self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
-        except (TransientStorageError, OSError):
-            pass
+        except (TransientStorageError, OSError) as e:
+            _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from txntable import config
 from txntable.actions import AppTxn
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
+from txntable.errors import InvalidConfigurationError
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
@@ -58,11 +60,30 @@ class Table:
     def snapshot(self, refresh: bool = True) -> TableSnapshot:
         """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
         with self._lock:
-            if self._snapshot is None:
-                self._snapshot = self.log.load()
-            elif refresh:
-                self.log.refresh(self._snapshot)
+            try:
+                if self._snapshot is None:
+                    self._snapshot = self.log.load()
+                    self._configure(self._snapshot)
+                elif refresh:
+                    self.log.refresh(self._snapshot)
+            except Exception:
+                # A version that failed half-way may have been partly applied: forget the
+                # snapshot so the next call rebuilds it rather than use a torn state.
+                self._snapshot = None
+                raise
             return self._snapshot
+
+    def _configure(self, snap: TableSnapshot) -> None:
+        assert snap.metadata is not None
+        conf = snap.metadata.configuration
+        try:
+            self.log.checkpoint_interval = int(
+                conf.get(config.CHECKPOINT_INTERVAL, config.CHECKPOINT_INTERVAL_DEFAULT)
+            )
+        except ValueError:
+            raise InvalidConfigurationError(
+                f"table {self.name}: {config.CHECKPOINT_INTERVAL} is not an integer"
+            ) from None
 
     def snapshot_at(self, version: int) -> TableSnapshot:
         """A new snapshot as of ``version`` (time travel)."""

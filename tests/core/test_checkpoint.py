@@ -155,8 +155,9 @@ def test_round_trip_keeps_transactionally_committed_offsets() -> None:
 
 def build_table(store_wh: Warehouse, versions: int, interval: int = 5) -> Table:
     """A 2-partition table with ``versions`` versions after version 0, checkpointing often."""
-    table = store_wh.create_table("cp", partitions=2)
-    table.log.checkpoint_interval = interval
+    table = store_wh.create_table(
+        "cp", partitions=2, configuration={"checkpoint.interval": str(interval)}
+    )
     pid = 11
     seq = [0, 0]
     for i in range(versions):
