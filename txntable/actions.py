@@ -85,6 +85,9 @@ class Batch:
     transactional: bool = False
     minTimestamp: int = 0
     maxTimestamp: int = 0
+    #: Set on transactional batches: lets any writer of the table find the coordinator
+    #: object of a transaction that pins the LSO, to abort it once it has timed out.
+    transactionalId: str | None = None
 
     @property
     def last_offset(self) -> int:
@@ -222,6 +225,8 @@ ACTION_TYPES: dict[str, type] = {
 def action_to_dict(action: Action) -> dict[str, Any]:
     """Encode an action as its one-key JSON object."""
     body = asdict(action)
+    if isinstance(action, Batch) and action.transactionalId is None:
+        del body["transactionalId"]  # optional: absent rather than null
     if isinstance(action, Metadata):
         body["schema"] = [asdict(f) for f in action.schema]
     return {action.NAME: body}
@@ -297,12 +302,15 @@ def _check_ranges(action: Action, path: str | None) -> None:
     if isinstance(action, Batch):
         if action.partition < 0 or action.baseOffset < 0 or action.count <= 0:
             bad = "negative partition/offset or empty batch"
-    elif isinstance(action, Marker | LogStart):
+    elif isinstance(action, Marker):
+        if action.partition < 0 or action.offset < 0 or action.producerId < 0:
+            bad = "negative partition/offset/producerId"
+    elif isinstance(action, LogStart):
         if action.partition < 0 or action.offset < 0:
             bad = "negative partition/offset"
     elif isinstance(action, AbortedTxn):
-        if action.firstOffset > action.lastOffset:
-            bad = "firstOffset after lastOffset"
+        if action.firstOffset > action.lastOffset or action.firstOffset < 0:
+            bad = "firstOffset negative or after lastOffset"
     elif isinstance(action, Metadata) and action.partitions <= 0:
         bad = "partitions must be positive"
     if bad:

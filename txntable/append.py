@@ -40,6 +40,7 @@ class PendingBatch:
     transactional: bool = False
     min_timestamp: int = 0
     max_timestamp: int = 0
+    transactional_id: str | None = None
 
     @property
     def last_sequence(self) -> int:
@@ -125,6 +126,7 @@ def plan_append(
                 transactional=pb.transactional,
                 minTimestamp=pb.min_timestamp,
                 maxTimestamp=pb.max_timestamp,
+                transactionalId=pb.transactional_id,
             )
         )
         result.base_offsets.append(base)

@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "describe":
             print(json.dumps(asdict(wh.table(args.table).describe()), indent=2))
         else:
-            print(json.dumps(asdict(wh.recover()), indent=2))
+            report = wh.recover()
+            print(json.dumps(asdict(report), indent=2))
+            if report.failed:
+                return 1
     except TxnTableError as e:
         print(f"txntable: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -267,11 +267,11 @@ class Consumer:
 
     # --- groups ---------------------------------------------------------------------------
 
-    def _group_table(self) -> Table:
+    def _group_table(self, create: bool = True) -> Table | None:
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         if self._group is None:
-            self._group = open_group_table(self.warehouse.store, self.group_id)
+            self._group = open_group_table(self.warehouse.store, self.group_id, create)
         return self._group
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -287,9 +287,10 @@ class Consumer:
             UnstableOffsetCommitError: A transactional offset commit for the partition is
                 still pending after ``unstable_offset_timeout_ms`` (KIP-447).
         """
-        assert self.group_id is not None or self._group_table()
+        table = self._group_table(create=False)
+        if table is None:
+            return None  # no offset was ever committed for the group
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
-        table = self._group_table()
         while True:
             try:
                 return committed_offset(table.snapshot(), self.group_id or "", partition)
@@ -311,6 +312,7 @@ class Consumer:
         if not offsets:
             return
         table = self._group_table()
+        assert table is not None
         group, generation = self.group_id or "", self.group_generation
         with table._lock:
             snap = table.snapshot(refresh=False)

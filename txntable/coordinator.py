@@ -168,7 +168,10 @@ class TxnMetadata:
                 last_producer_id=_field(obj, "lastProducerId", int, path),
                 last_producer_epoch=_field(obj, "lastProducerEpoch", int, path),
                 intent={
-                    str(t): tuple(_pending_from_json(b, path) for b in batches)
+                    str(t): tuple(
+                        _pending_from_json(b, path, _field(obj, "transactionalId", str, path))
+                        for b in batches
+                    )
                     for t, batches in intent.items()
                 },
             )
@@ -221,13 +224,13 @@ def _pending_to_json(batch: PendingBatch) -> dict[str, Any]:
     return {camel: body[snake] for camel, (snake, _) in _PENDING_FIELDS.items()}
 
 
-def _pending_from_json(obj: Any, path: str) -> PendingBatch:
+def _pending_from_json(obj: Any, path: str, transactional_id: str) -> PendingBatch:
     if not isinstance(obj, dict):
         raise CorruptLogError("coordinator intent entry is not an object", path)
     values = {
         snake: _field(obj, camel, kind, path) for camel, (snake, kind) in _PENDING_FIELDS.items()
     }
-    return PendingBatch(**values)
+    return PendingBatch(**values, transactional_id=transactional_id)
 
 
 class ProducerIdAllocator:

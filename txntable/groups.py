@@ -64,11 +64,17 @@ def group_root(group_id: str) -> str:
     return f"{GROUPS_DIR}/{validate_id('group id', group_id)}"
 
 
-def open_group_table(store: Store, group_id: str) -> Table:
-    """The group's offset log as a one-partition table handle, created if missing."""
+def open_group_table(store: Store, group_id: str, create: bool = True) -> Table | None:
+    """The group's offset log as a one-partition table handle.
+
+    Returns ``None`` if the group has no log yet and ``create`` is false (a read must not
+    create a group).
+    """
     root = group_root(group_id)
     log = Log(store, root)
     if not log.exists():
+        if not create:
+            return None
         actions: list[Action] = [
             Protocol(READER_VERSION, WRITER_VERSION),
             Metadata(str(uuid.uuid4()), root, 1, createdTime=now_ms()),

@@ -9,6 +9,7 @@ original offsets back, as with Kafka's idempotent producer.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -42,12 +43,14 @@ from txntable.log import now_ms
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
+from txntable.recovery import abort_if_expired
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.warehouse import Warehouse
 
 _C = ClientTxnState
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,6 +121,8 @@ class Producer:
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
+        self._expiry_deadlines: dict[str, int] = {}
+        self._groups: dict[str, Table | None] = {}
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._buffers: dict[TopicPartition, _Buffer] = {}
@@ -266,6 +271,8 @@ class Producer:
                     f.set_result(RecordMetadata(topic, d.tp.partition, offset, r.timestamp))
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
+        for topic in by_table:
+            self._abort_expired_transactions(self._table(topic))
 
     @staticmethod
     def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
@@ -313,7 +320,10 @@ class Producer:
             else ConsumerGroupMetadata(group_metadata)
         )
         assert self.transactional_id is not None
-        table = open_group_table(self.store, meta.group_id)
+        table = self._groups.get(meta.group_id)
+        if table is None:
+            table = self._groups[meta.group_id] = open_group_table(self.store, meta.group_id)
+        assert table is not None
         try:
             if 0 not in self._txn_partitions.get(table.name, set()):
                 self._coordinator_cache = None
@@ -581,6 +591,7 @@ class Producer:
                     transactional=self.txn is not None,
                     min_timestamp=min(stamps),
                     max_timestamp=max(stamps),
+                    transactional_id=self.transactional_id,
                 )
             )
             self._partitioner.on_new_batch(topic, table.num_partitions)
@@ -601,9 +612,35 @@ class Producer:
         result, _ = self._retry(
             lambda: table.append(pending, transactional_id=self.transactional_id)
         )
+        # Before the futures complete, so a flush() returns with stuck transactions gone.
+        self._abort_expired_transactions(table)
         for d, base in zip(items, result.base_offsets, strict=True):
             for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
                 f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))
+
+    def _abort_expired_transactions(self, table: Table) -> None:
+        """Abort other producers' transactions that pin this table's LSO past their timeout.
+
+        Kafka's coordinator expires transactions itself; here whichever writer notices first
+        does it. Each open transaction's coordinator object is read once and then not again
+        before its deadline, so this costs nothing while no transaction is stuck.
+        """
+        now = now_ms()
+        candidates: dict[str, int] = {}
+        for part in table.snapshot(refresh=False).partitions:
+            if part.ongoing:
+                candidates.update(part.open_transaction_ids())
+        for tid in candidates:
+            if tid == self.transactional_id or now < self._expiry_deadlines.get(tid, 0):
+                continue
+            try:
+                deadline = abort_if_expired(self.coordinator, tid, now)
+            except TxnTableError as e:
+                # The producer's own data is committed; failing its send over someone else's
+                # transaction would be wrong. recover() reports such failures.
+                _log.warning("could not expire the transaction of %s: %s", tid, e)
+                deadline = now + self.transaction_timeout_ms
+            self._expiry_deadlines[tid] = deadline if deadline is not None else now
 
     def _put_segment(self, path: str, data: bytes) -> None:
         self._retry(lambda: self.store.put(path, data))

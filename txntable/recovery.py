@@ -7,12 +7,15 @@ concurrently with the producer's own ``init_transactions``, writes every marker 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
-from txntable.coordinator import COORDINATOR_DIR, TransactionCoordinator, TxnState
-from txntable.errors import PreconditionFailedError
+from txntable.coordinator import COORDINATOR_DIR, TransactionCoordinator, TxnMetadata, TxnState
+from txntable.errors import PreconditionFailedError, TxnTableError
 from txntable.log import now_ms
 from txntable.storage.base import Store
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -23,6 +26,44 @@ class RecoveryReport:
     aborted: list[str] = field(default_factory=list)
     timed_out: list[str] = field(default_factory=list)
     lost_race: list[str] = field(default_factory=list)
+    #: Transactional ids whose recovery failed, with the error; the others still ran.
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def abort_if_expired(
+    coordinator: TransactionCoordinator, transactional_id: str, now: int
+) -> int | None:
+    """Abort ``transactional_id``'s Ongoing transaction if it is past its timeout.
+
+    Returns:
+        ``None`` if it was aborted or nothing is open; else the time (ms) at which the open
+        transaction expires, so a caller can skip it until then.
+
+    Raises:
+        PreconditionFailedError: Another client moved the object first.
+    """
+    loaded = coordinator.load(transactional_id)
+    if loaded is None:
+        return None
+    return _abort_expired(coordinator, *loaded, now)
+
+
+def _abort_expired(
+    coordinator: TransactionCoordinator, meta: TxnMetadata, etag: str, now: int
+) -> int | None:
+    if meta.state is not TxnState.ONGOING:
+        return None
+    deadline = meta.txn_start_timestamp + meta.timeout_ms
+    if now <= deadline:
+        return deadline
+    _log.info(
+        "aborting the transaction of %s: open since %d, timeout %d ms",
+        meta.transactional_id,
+        meta.txn_start_timestamp,
+        meta.timeout_ms,
+    )
+    coordinator.fence_and_abort(meta, etag)
+    return None
 
 
 def recover(
@@ -41,26 +82,24 @@ def recover(
         if not key.endswith(".json"):
             continue
         tid = key[len(prefix) : -len(".json")]
-        loaded = coordinator.load(tid)
-        if loaded is None:
-            continue
-        meta, etag = loaded
         try:
+            loaded = coordinator.load(tid)
+            if loaded is None:
+                continue
+            meta, etag = loaded
             if meta.state is TxnState.PREPARE_COMMIT:
                 coordinator.complete(meta, etag)
                 report.committed.append(tid)
             elif meta.state is TxnState.PREPARE_ABORT:
                 coordinator.complete(meta, etag)
                 report.aborted.append(tid)
-            elif meta.state in (TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE) and (
-                clock - meta.txn_start_timestamp > meta.timeout_ms
-            ):
-                if meta.state is TxnState.PREPARE_EPOCH_FENCE:
-                    from dataclasses import replace
-
-                    meta = replace(meta, state=TxnState.ONGOING)
-                coordinator.fence_and_abort(meta, etag)
-                report.timed_out.append(tid)
+            elif meta.state is TxnState.ONGOING:
+                if _abort_expired(coordinator, meta, etag, clock) is None:
+                    report.timed_out.append(tid)
         except PreconditionFailedError:
             report.lost_race.append(tid)  # another client moved it first; it finishes it
+        except TxnTableError as e:
+            # One damaged object or unreachable table must not stop the recovery of the
+            # others; the failure is reported (and the CLI exits non-zero).
+            report.failed[tid] = f"{type(e).__name__}: {e}"
     return report

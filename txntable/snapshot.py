@@ -65,6 +65,24 @@ class PartitionState:
             if entry.next_offset > start:
                 yield entry
 
+    def entry_at(self, offset: int) -> Entry | None:
+        """The batch or marker holding ``offset``, if any."""
+        i = bisect.bisect_right(self.entry_offsets, offset) - 1
+        if i < 0:
+            return None
+        entry = self.entries[i]
+        return entry if entry.baseOffset <= offset < entry.next_offset else None
+
+    def open_transaction_ids(self) -> dict[str, int]:
+        """Transactional ids of the open transactions, with their first batch's max timestamp."""
+        out: dict[str, int] = {}
+        for first in self.ongoing.values():
+            entry = self.entry_at(first)
+            if isinstance(entry, Batch) and entry.transactionalId is not None:
+                tid = entry.transactionalId
+                out[tid] = min(out.get(tid, entry.maxTimestamp), entry.maxTimestamp)
+        return out
+
     def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start, end)`` (Kafka's txn index lookup)."""
         i = bisect.bisect_left(self.aborted_last_offsets, start)

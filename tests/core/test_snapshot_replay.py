@@ -198,7 +198,7 @@ def test_encode_decode_round_trip() -> None:
         (
             b'{"abortedTxn":{"partition":0,"producerId":1,"firstOffset":5,"lastOffset":4,'
             b'"lastStableOffset":5}}\n',
-            "firstOffset after lastOffset",
+            "after lastOffset",
         ),
         (
             b'{"metadata":{"tableId":"i","name":"t","partitions":0}}\n',

@@ -228,3 +228,36 @@ def test_stale_completer_does_not_commit_the_next_transaction(table: Warehouse) 
         pass
     p.abort_transaction()
     assert read_all(table, ["t"]) == [b"t1"]
+
+
+@pytest.mark.parametrize("flush_first", [False, True], ids=["short-path", "flushed"])
+def test_another_producers_commit_aborts_the_timed_out_transaction(
+    table: Warehouse, flush_first: bool
+) -> None:
+    """Whichever writer of the table notices first aborts the stuck transaction."""
+    a = stalled_producer(table, timeout_ms=300)
+    t = table.table("t")
+    parts = t.describe().partitions
+    assert parts[0].last_stable_offset == 0 and parts[0].high_watermark == 1  # pinned by A
+    other = Producer(Warehouse(table.url), transactional_id="other", linger_ms=60_000)
+    other.init_transactions()
+
+    # Before A's timeout, B's commit leaves A alone.
+    other.begin_transaction()
+    other.send("t", value=b"b1", partition=0)
+    other.commit_transaction()
+    assert meta_of(table)[0].state is TxnState.ONGOING
+    assert [o.producer_id for o in t.describe().partitions[0].open_transactions] == [a.producer_id]
+
+    time.sleep(0.4)
+    other.begin_transaction()
+    other.send("t", value=b"b2", partition=1)
+    if flush_first:
+        other.flush()
+    other.commit_transaction()
+    assert meta_of(table)[0].state is TxnState.COMPLETE_ABORT
+    assert_no_open_transactions(t)
+    assert sorted(read_all(table, ["t"])) == [b"b1", b"b2", b"committed"]
+    with pytest.raises(ProducerFencedError):
+        a.commit_transaction()
+    other.close()
