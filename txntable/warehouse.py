@@ -96,12 +96,13 @@ class Warehouse:
 
     def list_tables(self) -> list[str]:
         """Names of the warehouse's tables."""
-        names = set()
-        for key in self.store.list(""):
-            first, _, rest = key.partition("/")
-            if rest == f"_log/{0:020d}.json":
-                names.add(first)
-        return sorted(names)
+        # One delimited listing of the root, then one HEAD per candidate: never a listing of
+        # every segment in the warehouse.
+        return [
+            name
+            for name in self.store.list_children("")
+            if not name.startswith("_") and self.store.exists(f"{name}/_log/{0:020d}.json")
+        ]
 
     def recover(self, now: int | None = None) -> RecoveryReport:
         """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`)."""

@@ -220,3 +220,18 @@ def test_wrong_types_and_partitions(wh: Warehouse, make_producer: MakeProducer) 
     with pytest.raises(IllegalStateError):
         p.send("orders", value=b"x")
     assert wh.table("orders").snapshot().version == 0
+
+
+def test_list_tables_names_only_tables(tmp_path) -> None:  # noqa: ANN001
+    from txntable import Producer, Warehouse
+
+    wh = Warehouse(tmp_path.as_uri())
+    wh.create_table("b", partitions=1)
+    wh.create_table("a.x", partitions=2)
+    with Producer(wh, transactional_id="t") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("b", value=b"v")
+        p.commit_transaction()
+    (tmp_path / "stray").mkdir()
+    assert wh.list_tables() == ["a.x", "b"]

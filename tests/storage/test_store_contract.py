@@ -161,3 +161,12 @@ def test_racing_put_if_match_has_exactly_one_winner(any_store: Store) -> None:
     [(winner, etag)] = wins.items()
     obj = any_store.get("coordinator.json")
     assert (obj.data, obj.etag) == (b"epoch-1-%d" % winner, etag)
+
+
+def test_list_children_names_one_level(any_store: Store) -> None:
+    for key in KEYS:
+        any_store.put(key, key.encode())
+    top = sorted({k.split("/", 1)[0] for k in KEYS})
+    assert list(any_store.list_children("")) == top
+    assert list(any_store.list_children("_log/")) == [k.split("/")[1] for k in KEYS[:4]]
+    assert list(any_store.list_children("nothing-here/")) == []

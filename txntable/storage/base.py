@@ -104,6 +104,19 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Delete an object; deleting a missing key is not an error."""
 
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        """Names one level below ``prefix`` (a ``/``-terminated folder or ``""``), sorted.
+
+        Both objects and "folders" are named. The default lists everything below the prefix;
+        backends override it with a delimited listing.
+        """
+        seen: set[str] = set()
+        for key in self.list(prefix):
+            name = key[len(prefix) :].split("/", 1)[0]
+            if name not in seen:
+                seen.add(name)
+        return iter(sorted(seen))
+
     def exists(self, key: str) -> bool:
         """Return whether the key exists."""
         return self.head(key) is not None
@@ -143,6 +156,9 @@ class StoreWrapper(Store):
 
     def delete(self, key: str) -> None:
         self.inner.delete(key)
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.list_children(prefix)
 
     def storage_options(self) -> dict[str, str]:
         return self.inner.storage_options()

@@ -123,6 +123,16 @@ class LocalStore(Store):
                 dirnames[:] = [d for d in dirnames if d.startswith(name_prefix)]
         return iter(sorted(keys))
 
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        base = os.path.join(self.root, *prefix.rstrip("/").split("/")) if prefix else self.root
+        try:
+            names = os.listdir(base)
+        except (FileNotFoundError, NotADirectoryError):
+            return iter(())
+        hidden = (_TMP_PREFIX,)
+        visible = (n for n in names if not n.startswith(hidden) and not n.endswith(_LOCK_SUFFIX))
+        return iter(sorted(visible))
+
     def delete(self, key: str) -> None:
         try:
             os.unlink(self._path(key))

@@ -437,6 +437,22 @@ class S3Store(Store):
         except (ClientError, BotoCoreError) as exc:
             self._fail("LIST", prefix, exc)
 
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        paginator = self._client.get_paginator("list_objects_v2")
+        full_prefix = self._base + prefix
+        names: set[str] = set()
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix, Delimiter="/"):
+                for common in page.get("CommonPrefixes", ()):
+                    names.add(common["Prefix"][len(full_prefix) :].rstrip("/"))
+                for entry in page.get("Contents", ()):
+                    name = entry["Key"][len(full_prefix) :]
+                    if name:
+                        names.add(name)
+        except (ClientError, BotoCoreError) as exc:
+            self._fail("LIST", prefix, exc)
+        return iter(sorted(names))
+
     def delete(self, key: str) -> None:
         full = self._full_key(key)
         try:
