@@ -58,10 +58,11 @@ class PartitionState:
 
     def entries_between(self, start: int, end: int) -> Iterator[Entry]:
         """Entries (batches and markers) that hold any offset in ``[start, end)``."""
-        i = max(bisect.bisect_right(self.entry_offsets, start) - 1, 0)
-        for entry in self.entries[i:]:
-            if entry.baseOffset >= end:
-                break
+        # Index, never slice: a slice would copy every entry after ``start`` (O(history)).
+        lo = max(bisect.bisect_right(self.entry_offsets, start) - 1, 0)
+        hi = bisect.bisect_left(self.entry_offsets, end, lo)
+        for i in range(lo, hi):
+            entry = self.entries[i]
             if entry.next_offset > start:
                 yield entry
 
@@ -86,7 +87,8 @@ class PartitionState:
     def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start, end)`` (Kafka's txn index lookup)."""
         i = bisect.bisect_left(self.aborted_last_offsets, start)
-        return [a for a in self.aborted[i:] if a.firstOffset < end]
+        aborted = self.aborted
+        return [aborted[j] for j in range(i, len(aborted)) if aborted[j].firstOffset < end]
 
 
 @dataclass
