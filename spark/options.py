@@ -1,0 +1,341 @@
+"""Options of the ``txntable`` Spark data source: parsing and validation, no Spark needed.
+
+Spark hands a data source its options as a case-insensitive mapping whose keys are already
+lower-cased; every name below is matched case-insensitively, as Spark's own sources do.
+
+Read options (batch and streaming):
+
+* ``path`` (what ``load(path)`` sets): ``<warehouse URL>/<table>``; the last path component is
+  the table name. Alternatively ``warehouse`` + ``table``.
+* ``isolation.level`` (alias ``isolationLevel``): ``read_committed`` (default) or
+  ``read_uncommitted``.
+* ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON as in Spark's Kafka
+  source, ``{"orders": {"0": 23, "1": -2}}`` with ``-2`` = earliest and ``-1`` = latest;
+  partitions left out take the default (batch: earliest / latest; streaming start: the
+  ``startingOffsets`` default, ``latest``).
+* ``versionAsOf``: read the table as of that log version (batch only).
+* ``failOnDataLoss`` (default ``true``): a requested offset below the log start offset is an
+  error; with ``false`` it is moved up to the log start offset.
+* ``maxBytesPerPartition`` (default 128 MiB) and ``minPartitions`` (default: the driver's
+  cores, with input partitions of at least 4 MiB): how segments are packed into Spark input
+  partitions.
+* ``maxOffsetsPerTrigger`` (streaming): at most this many offsets per micro-batch.
+* ``storage.<name>``: storage options of the warehouse (``storage.s3.endpoint``, …). They are
+  passed to :func:`txntable.storage.open_store` and never logged or shown in a ``repr``.
+
+Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``txnAppId`` (streaming
+idempotency key, default: the checkpoint location's identity, see :mod:`txntable_spark.writer`)
+and ``maxBytesPerSegment`` (default 128 MiB of buffered input per segment).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from txntable.errors import InvalidConfigurationError
+from txntable.names import validate_table_name
+
+READ_COMMITTED: Final = "read_committed"
+READ_UNCOMMITTED: Final = "read_uncommitted"
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+
+#: Special offsets of Spark's Kafka source JSON offsets.
+EARLIEST = -2
+LATEST = -1
+
+STORAGE_PREFIX = "storage."
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
+DEFAULT_MAX_BYTES_PER_SEGMENT = 128 * 1024 * 1024
+
+_MASK = "***"
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """``earliest``, ``latest`` or explicit per-partition offsets of one table.
+
+    ``default`` (``EARLIEST`` or ``LATEST``) applies to every partition not in ``offsets``.
+    """
+
+    default: int
+    offsets: dict[int, int] = field(default_factory=dict)
+
+    def for_partition(self, partition: int) -> int:
+        """Requested offset of ``partition``: an offset, ``EARLIEST`` or ``LATEST``."""
+        return self.offsets.get(partition, self.default)
+
+
+@dataclass(frozen=True)
+class TableLocation:
+    """Where a table lives: warehouse URL, table name and storage options."""
+
+    warehouse_url: str
+    table: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # Storage options carry credentials: show only their names.
+        shown = {k: _MASK for k in sorted(self.storage_options)}
+        return f"TableLocation({self.warehouse_url!r}, {self.table!r}, storage_options={shown})"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Validated read options."""
+
+    location: TableLocation
+    isolation_level: IsolationLevel = READ_COMMITTED
+    starting: OffsetSpec = OffsetSpec(EARLIEST)
+    ending: OffsetSpec = OffsetSpec(LATEST)
+    version_as_of: int | None = None
+    fail_on_data_loss: bool = True
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    min_partitions: int | None = None
+    max_offsets_per_trigger: int | None = None
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the reader stops at the LSO and skips aborted transactions."""
+        return self.isolation_level == READ_COMMITTED
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Validated write options."""
+
+    location: TableLocation
+    txn_app_id: str | None = None
+    max_bytes_per_segment: int = DEFAULT_MAX_BYTES_PER_SEGMENT
+
+
+def _get(options: Mapping[str, str], *names: str) -> str | None:
+    lowered = {k.lower(): v for k, v in options.items()}
+    for name in names:
+        value = lowered.get(name.lower())
+        if value is not None:
+            return str(value)
+    return None
+
+
+def split_table_path(path: str) -> tuple[str, str]:
+    """Split ``<warehouse URL>/<table>`` into the warehouse URL and the table name.
+
+    Raises:
+        InvalidConfigurationError: If the path has no table component.
+        InvalidTableNameError: If the last component is not a legal table name.
+    """
+    stripped = path.rstrip("/")
+    scheme_end = stripped.find("://")
+    # Never split inside "scheme://" (e.g. "memory://orders" has no warehouse part).
+    floor = scheme_end + 3 if scheme_end >= 0 else 0
+    cut = stripped.rfind("/", floor)
+    if cut < 0 or not stripped[cut + 1 :]:
+        raise InvalidConfigurationError(
+            f"path {path!r} must be <warehouse URL>/<table name>, e.g. s3://bucket/lake/orders"
+        )
+    warehouse, table = stripped[:cut], stripped[cut + 1 :]
+    if not warehouse or warehouse.endswith("://"):
+        if scheme_end >= 0 and stripped.startswith("file://"):
+            warehouse = "file:///"
+        elif not warehouse:
+            warehouse = "/"  # "/orders": a table at the filesystem root
+        else:
+            raise InvalidConfigurationError(f"path {path!r} names no warehouse before the table")
+    validate_table_name(table)
+    return warehouse, table
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``storage.``-prefixed options, with the prefix removed."""
+    return {
+        k[len(STORAGE_PREFIX) :]: str(v)
+        for k, v in options.items()
+        if k.lower().startswith(STORAGE_PREFIX) and len(k) > len(STORAGE_PREFIX)
+    }
+
+
+def parse_location(options: Mapping[str, str]) -> TableLocation:
+    """The table location from ``path`` or ``warehouse`` + ``table``.
+
+    Raises:
+        InvalidConfigurationError: If neither form is given, or both disagree.
+    """
+    path = _get(options, "path")
+    warehouse = _get(options, "warehouse")
+    table = _get(options, "table")
+    if path:
+        url, name = split_table_path(path)
+        if table is not None and table != name:
+            raise InvalidConfigurationError(f"option table={table!r} disagrees with path {path!r}")
+    elif warehouse and table:
+        url, name = warehouse.rstrip("/") or "/", validate_table_name(table)
+    else:
+        raise InvalidConfigurationError(
+            "txntable needs a path (load('<warehouse>/<table>')) or options warehouse and table"
+        )
+    return TableLocation(url, name, storage_options(options))
+
+
+def parse_isolation_level(value: str | None) -> IsolationLevel:
+    """``read_committed`` (default) or ``read_uncommitted``.
+
+    Raises:
+        InvalidConfigurationError: For any other value.
+    """
+    if value is None:
+        return READ_COMMITTED
+    v = value.strip().lower()
+    if v == READ_COMMITTED:
+        return READ_COMMITTED
+    if v == READ_UNCOMMITTED:
+        return READ_UNCOMMITTED
+    raise InvalidConfigurationError(
+        f"isolation.level must be {READ_COMMITTED} or {READ_UNCOMMITTED}, not {value!r}"
+    )
+
+
+def parse_offset_spec(value: str | None, table: str, default: int, name: str) -> OffsetSpec:
+    """Parse ``earliest`` / ``latest`` / Kafka-source JSON offsets for ``table``.
+
+    Args:
+        value: The option value, or ``None`` for ``default``.
+        table: Table name the JSON must be keyed by (Kafka's topic).
+        default: ``EARLIEST`` or ``LATEST``, for ``None`` and for unlisted partitions.
+        name: Option name, for messages.
+
+    Raises:
+        InvalidConfigurationError: If the value is not one of the forms, names another
+            table, or holds a negative partition or an offset below ``-2``.
+    """
+    if value is None:
+        return OffsetSpec(default)
+    v = value.strip()
+    if v.lower() == "earliest":
+        return OffsetSpec(EARLIEST)
+    if v.lower() == "latest":
+        return OffsetSpec(LATEST)
+    try:
+        obj = json.loads(v)
+    except json.JSONDecodeError:
+        raise InvalidConfigurationError(
+            f"{name} must be earliest, latest or JSON like "
+            f'{{"{table}": {{"0": 23, "1": -2}}}}, not {value!r}'
+        ) from None
+    if not isinstance(obj, dict) or not all(isinstance(x, dict) for x in obj.values()):
+        raise InvalidConfigurationError(f"{name}: JSON must map table -> partition -> offset")
+    others = sorted(set(obj) - {table})
+    if others:
+        raise InvalidConfigurationError(
+            f"{name} names table(s) {others}, the source reads {table!r}"
+        )
+    offsets: dict[int, int] = {}
+    for p, off in obj.get(table, {}).items():
+        if not re.fullmatch(r"\d+", str(p)) or isinstance(off, bool) or not isinstance(off, int):
+            raise InvalidConfigurationError(f"{name}: bad partition/offset {p!r}: {off!r}")
+        if off < EARLIEST:
+            raise InvalidConfigurationError(f"{name}: offset {off} of partition {p} is below -2")
+        offsets[int(p)] = off
+    return OffsetSpec(default, offsets)
+
+
+def parse_int(
+    options: Mapping[str, str], name: str, default: int | None, minimum: int
+) -> int | None:
+    """An integer option ``>= minimum``, or ``default`` when absent.
+
+    Raises:
+        InvalidConfigurationError: If the value is not an integer or is too small.
+    """
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidConfigurationError(f"{name} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise InvalidConfigurationError(f"{name} must be >= {minimum}, not {value}")
+    return value
+
+
+def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    """A ``true``/``false`` option.
+
+    Raises:
+        InvalidConfigurationError: For any other value.
+    """
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    v = raw.strip().lower()
+    if v not in ("true", "false"):
+        raise InvalidConfigurationError(f"{name} must be true or false, not {raw!r}")
+    return v == "true"
+
+
+def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
+    """Validate the options of a batch (or, with ``streaming``, a streaming) read.
+
+    Raises:
+        InvalidConfigurationError: For a malformed or contradictory option.
+    """
+    location = parse_location(options)
+    isolation = parse_isolation_level(_get(options, "isolation.level", "isolationLevel"))
+    starting = parse_offset_spec(
+        _get(options, "startingOffsets"),
+        location.table,
+        LATEST if streaming else EARLIEST,
+        "startingOffsets",
+    )
+    ending = parse_offset_spec(
+        _get(options, "endingOffsets"), location.table, LATEST, "endingOffsets"
+    )
+    version = parse_int(options, "versionAsOf", None, 0)
+    if streaming:
+        if _get(options, "endingOffsets") is not None:
+            raise InvalidConfigurationError("endingOffsets is not supported by streaming reads")
+        if version is not None:
+            raise InvalidConfigurationError("versionAsOf is not supported by streaming reads")
+    else:
+        # As in Spark's Kafka source: a batch read cannot start at "latest" or end at
+        # "earliest" (both would move under the query).
+        if starting.default == LATEST or LATEST in starting.offsets.values():
+            raise InvalidConfigurationError(
+                "startingOffsets may not be latest (-1) for a batch read"
+            )
+        if ending.default == EARLIEST or EARLIEST in ending.offsets.values():
+            raise InvalidConfigurationError(
+                "endingOffsets may not be earliest (-2) for a batch read"
+            )
+    max_bytes = parse_int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, 1)
+    assert max_bytes is not None
+    return ReadOptions(
+        location=location,
+        isolation_level=isolation,
+        starting=starting,
+        ending=ending,
+        version_as_of=version,
+        fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
+        max_bytes_per_partition=max_bytes,
+        min_partitions=parse_int(options, "minPartitions", None, 1),
+        max_offsets_per_trigger=parse_int(options, "maxOffsetsPerTrigger", None, 1),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Validate the options of a batch or streaming write.
+
+    Raises:
+        InvalidConfigurationError: For a malformed option.
+    """
+    location = parse_location(options)
+    app_id = _get(options, "txnAppId")
+    if app_id is not None and not app_id.strip():
+        raise InvalidConfigurationError("txnAppId must not be empty")
+    seg = parse_int(options, "maxBytesPerSegment", DEFAULT_MAX_BYTES_PER_SEGMENT, 1)
+    assert seg is not None
+    return WriteOptions(location, app_id, seg)

@@ -1,0 +1,197 @@
+"""Micro-batch reads: ``spark.readStream.format("txntable")``.
+
+Offsets are JSON objects mapping partition number (as a string) to the next offset to
+read, e.g. ``{"0": 12, "1": 40}``. The latest offset of a partition is its last stable
+offset under read_committed (its high watermark under read_uncommitted), so a transaction's
+records reach a micro-batch only once its COMMIT marker is in the log, and an aborted one
+never does. A micro-batch ``(start, end]`` is planned exactly like a batch read of that
+range, so a query restarted from its checkpoint re-plans the same slices: no loss, no
+duplicates.
+
+Spark keeps this reader in one long-lived worker process per query, so it keeps one
+:class:`~txntable.table.Table` handle whose snapshot is refreshed incrementally (only new
+log versions are read each trigger). Spark also instantiates the reader elsewhere just to
+ship :meth:`read` to executors, so nothing is loaded in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable.snapshot import TableSnapshot
+from txntable.table import Table
+
+from .options import EARLIEST, LATEST, ReadOptions
+from .planning import (
+    OffsetRange,
+    limit_offsets,
+    plan_ranges,
+    resolve_offset,
+    upper_bound,
+)
+from .source import ScanPartition, open_table, read_partition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Offsets = dict[int, int]
+
+
+def encode_offsets(offsets: Offsets) -> dict[str, int]:
+    """Offsets as Spark stores them (JSON keys are strings)."""
+    return {str(p): o for p, o in sorted(offsets.items())}
+
+
+def decode_offsets(obj: dict) -> Offsets:
+    """Parse offsets written by :func:`encode_offsets`.
+
+    Raises:
+        InvalidConfigurationError: If ``obj`` is not a partition -> offset mapping.
+    """
+    try:
+        return {int(p): int(o) for p, o in obj.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise InvalidConfigurationError(f"not a txntable stream offset: {obj!r}") from None
+
+
+class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stream reader with admission control (``maxOffsetsPerTrigger``) and AvailableNow."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._table: Table | None = None
+        self._target: Offsets | None = None
+
+    # --- driver side ---------------------------------------------------------------------
+
+    def _snapshot(self, refresh: bool = True) -> TableSnapshot:
+        if self._table is None:
+            self._table = open_table(self.opts.location)
+        return self._table.snapshot(refresh=refresh)
+
+    def _available(self, snap: TableSnapshot) -> Offsets:
+        return {p.partition: upper_bound(p, self.opts.read_committed) for p in snap.partitions}
+
+    def _start_of_new_partition(self, snap: TableSnapshot, p: int) -> int:
+        # A partition added while the query runs starts at earliest, as in Kafka's source.
+        return snap.partition(p).log_start_offset
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts: ``startingOffsets`` (default ``latest``)."""
+        snap = self._snapshot()
+        out = {}
+        for part in snap.partitions:
+            requested = self.opts.starting.for_partition(part.partition)
+            out[part.partition] = resolve_offset(
+                part,
+                requested,
+                self.opts.read_committed,
+                self.opts.fail_on_data_loss,
+                "startingOffsets",
+            )
+        return encode_offsets(out)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` when that option is set."""
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target offsets: an AvailableNow query stops once it reaches them."""
+        self._target = self._available(self._snapshot())
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """End offsets of the next micro-batch: the LSO (or HW), capped by the read limit."""
+        snap = self._snapshot()
+        begin = decode_offsets(start)
+        available = self._available(snap)
+        if self._target is not None:
+            available = {p: min(o, self._target.get(p, o)) for p, o in available.items()}
+        for p in available:
+            begin.setdefault(p, self._start_of_new_partition(snap, p))
+            # Never move backwards (e.g. a start inside a transaction that is still open).
+            available[p] = max(available[p], begin[p])
+        if isinstance(limit, ReadMaxRows):
+            available = limit_offsets(begin, available, limit.max_rows)
+        return encode_offsets(available)
+
+    def reportLatestOffset(self) -> dict | None:
+        """The offsets available right now, for the query's progress report."""
+        if self._table is None:
+            return None
+        return encode_offsets(self._available(self._snapshot(refresh=False)))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """Plan the micro-batch ``[start, end)`` like a batch read of that range."""
+        begin, until = decode_offsets(start), decode_offsets(end)
+
+        def beyond(snap: TableSnapshot) -> list[int]:
+            # An end may exceed the bound only where the start already did (a start inside
+            # an open transaction makes an empty range).
+            return [
+                p
+                for p, o in until.items()
+                if p >= snap.num_partitions
+                or o
+                > max(upper_bound(snap.partition(p), self.opts.read_committed), begin.get(p, 0))
+            ]
+
+        snap = self._snapshot(refresh=False)
+        if beyond(snap):
+            # After a restart the first batch may come from the offset log: catch up first.
+            snap = self._snapshot()
+            bad = beyond(snap)
+            if bad:
+                raise OffsetOutOfRangeError(
+                    f"stream end offset {until[bad[0]]} of partition {bad[0]} is past what the "
+                    "table holds: was the checkpoint written for another table?"
+                )
+        ranges = []
+        for p, end_offset in until.items():
+            part = snap.partition(p)
+            first = begin.get(p, self._start_of_new_partition(snap, p))
+            if first < part.log_start_offset:
+                if self.opts.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(
+                        f"offsets {first}..{part.log_start_offset} of partition {p} were "
+                        "deleted before the query read them (set failOnDataLoss=false to skip)"
+                    )
+                first = part.log_start_offset
+            ranges.append(OffsetRange(p, first, max(first, end_offset)))
+        groups = plan_ranges(
+            snap,
+            ranges,
+            self.opts.read_committed,
+            self.opts.max_bytes_per_partition,
+            self.opts.min_partitions,
+        )
+        return [ScanPartition(self.opts.location, g) for g in groups]
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the log is immutable and reads hold no resources."""
+
+    def stop(self) -> None:
+        """Drop the table handle."""
+        if self._table is not None:
+            self._table.store.close()
+            self._table = None
+
+    # --- executor side -------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Yield the partition's records as Arrow batches."""
+        return read_partition(partition)
+
+
+__all__ = ["EARLIEST", "LATEST", "TxnTableStreamReader", "decode_offsets", "encode_offsets"]

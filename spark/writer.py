@@ -1,0 +1,499 @@
+"""Writes: ``df.write.format("txntable")`` (atomic append) and ``writeStream`` (exactly once).
+
+Input columns follow Spark's Kafka sink: ``value`` (required, binary or string), ``key``
+(binary or string), ``partition`` (int), ``headers`` (array<struct<key: string, value:
+binary>>) and ``timestamp`` (timestamp; the write time when absent or null). Strings are
+encoded as UTF-8. Other columns (``topic``, ``offset``, …) are ignored, so a DataFrame read
+from a txntable can be written back as is.
+
+Each Spark task routes its rows to table partitions (the ``partition`` column when set,
+else Kafka's murmur2 partitioner of ``key``, else one sticky partition per task for null
+keys), writes one Parquet segment per table partition (more when a partition exceeds
+``maxBytesPerSegment``) and returns :class:`~txntable.append.PendingBatch` descriptors. The
+driver commits every batch of the job as ONE log version: nothing is visible until then, and
+everything is at once. Batches are non-transactional (producer id -1), so the commit
+never conflicts with producers; a lost race only rebases offsets.
+
+A streaming micro-batch commits the same way plus an
+:class:`~txntable.actions.AppTxn` ``(appId, batchId)``; the check "batchId already applied?"
+runs inside the commit's retry loop against the refreshed snapshot, so a batch replayed after
+a restart is skipped even when its first attempt's commit raced with other writers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from txntable.actions import AppTxn, Batch
+from txntable.append import AppendResult, PendingBatch, plan_append
+from txntable.errors import (
+    IllegalStateError,
+    InvalidConfigurationError,
+    SchemaMismatchError,
+    UnknownTopicOrPartitionError,
+)
+from txntable.log import CommitPlan, now_ms
+from txntable.partitioner import partition_for_key
+from txntable.records import SEGMENT_SCHEMA
+from txntable.snapshot import TableSnapshot
+from txntable.storage import Store
+from txntable.table import Table
+
+from .options import WriteOptions, parse_write_options
+from .scan import cached_store
+from .source import open_table
+
+__all__ = [
+    "TxnCommitMessage",
+    "TxnTableStreamWriter",
+    "TxnTableWriter",
+    "parse_write_options",
+]
+
+_SEG_HEADERS = SEGMENT_SCHEMA.field("headers").type
+_SEG_TIMESTAMP = SEGMENT_SCHEMA.field("timestamp").type
+_INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
+
+
+@dataclass
+class TxnCommitMessage(WriterCommitMessage):
+    """What a task sends the driver: the segments it wrote, not yet visible."""
+
+    batches: list[PendingBatch] = field(default_factory=list)
+    rows: int = 0
+
+
+def check_input_schema(schema: StructType) -> None:
+    """Validate the DataFrame's columns against the Kafka-sink mapping.
+
+    Raises:
+        SchemaMismatchError: If ``value`` is missing or a known column has a wrong type.
+    """
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+
+    def bad(name: str, dtype: DataType, want: str) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            f"txntable write: column {name} has type {dtype.simpleString()}, expected {want}"
+        )
+
+    if "value" not in fields:
+        raise SchemaMismatchError("txntable write needs a 'value' column (binary or string)")
+    for name in ("key", "value"):
+        dtype = fields.get(name)
+        if dtype is not None and not isinstance(dtype, BinaryType | StringType):
+            raise bad(name, dtype, "binary or string")
+    if "partition" in fields and not isinstance(fields["partition"], _INT_TYPES):
+        raise bad("partition", fields["partition"], "int")
+    if "timestamp" in fields and not isinstance(fields["timestamp"], TimestampType):
+        raise bad("timestamp", fields["timestamp"], "timestamp")
+    if "headers" in fields:
+        h = fields["headers"]
+        ok = (
+            isinstance(h, ArrayType)
+            and isinstance(h.elementType, StructType)
+            and [f.name for f in h.elementType.fields] == ["key", "value"]
+            and isinstance(h.elementType.fields[0].dataType, StringType)
+            and isinstance(h.elementType.fields[1].dataType, BinaryType | StringType)
+        )
+        if not ok:
+            raise bad("headers", h, "array<struct<key:string,value:binary>>")
+
+
+# --- executor side: routing and segment writing ----------------------------------------------
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    for i, n in enumerate(batch.schema.names):
+        if n.lower() == name:
+            return batch.column(i)
+    return None
+
+
+def _as_binary(arr: pa.Array | None, n: int) -> pa.Array:
+    if arr is None:
+        return pa.nulls(n, pa.binary())
+    if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
+        arr = arr.cast(pa.large_binary()).cast(pa.binary())
+    # string -> binary is a reinterpretation of the same UTF-8 bytes.
+    return arr.cast(pa.binary())
+
+
+def _as_headers(arr: pa.Array | None, n: int) -> pa.Array:
+    if arr is None:
+        return pa.array([[] for _ in range(n)], _SEG_HEADERS)
+    if arr.null_count:
+        arr = pc.if_else(pc.is_null(arr), pa.scalar([], arr.type), arr)
+    values = arr.flatten()
+    if values.null_count or values.field("key").null_count:
+        raise SchemaMismatchError("txntable write: a header or a header key is null")
+    return arr.cast(_SEG_HEADERS)
+
+
+def _as_timestamps(arr: pa.Array | None, n: int, now: int) -> pa.Array:
+    if arr is None:
+        return pa.array(np.full(n, now, dtype=np.int64)).cast(_SEG_TIMESTAMP)
+    # Spark sends microseconds; segments keep Kafka's milliseconds (truncated).
+    ms = arr.cast(pa.timestamp("us", tz="UTC")).cast(_SEG_TIMESTAMP, safe=False)
+    if ms.null_count:
+        ms = ms.cast(pa.int64()).fill_null(now).cast(_SEG_TIMESTAMP)
+    return ms
+
+
+class Router:
+    """Kafka's partition choice: explicit partition, murmur2 of the key, or sticky."""
+
+    def __init__(self, num_partitions: int, sticky: int) -> None:
+        self.num_partitions = num_partitions
+        self.sticky = sticky % num_partitions
+        self._cache: dict[bytes, int] = {}
+
+    def route(self, keys: pa.Array, explicit: pa.Array | None) -> np.ndarray:
+        """Target partition of every row."""
+        n = len(keys)
+        out = np.full(n, self.sticky, dtype=np.int64)
+        need_key = np.ones(n, dtype=bool)
+        if explicit is not None:
+            valid = explicit.is_valid().to_numpy(zero_copy_only=False)
+            vals = explicit.fill_null(0).cast(pa.int64()).to_numpy(zero_copy_only=False)
+            bad = valid & ((vals < 0) | (vals >= self.num_partitions))
+            if bad.any():
+                raise UnknownTopicOrPartitionError(
+                    f"partition {int(vals[bad][0])} is outside the table's "
+                    f"{self.num_partitions} partitions"
+                )
+            out[valid] = vals[valid]
+            need_key = ~valid
+        if keys.null_count < n and need_key.any():
+            cache, np_ = self._cache, self.num_partitions
+            for i, k in enumerate(keys.to_pylist()):
+                if k is not None and need_key[i]:
+                    p = cache.get(k)
+                    if p is None:
+                        p = cache[k] = partition_for_key(k, np_)
+                    out[i] = p
+        return out
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """A segment's bytes (same layout and codec as :func:`txntable.records.encode_segment`)."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+class SegmentWriter:
+    """Buffers one task's rows per table partition and writes them as segments."""
+
+    def __init__(self, store: Store, table: str, write_id: str, max_bytes: int) -> None:
+        self.store = store
+        self.table = table
+        self.write_id = write_id
+        self.max_bytes = max_bytes
+        self.buffers: dict[int, list[pa.Table]] = {}
+        self.buffered_bytes: dict[int, int] = {}
+        self.written: list[PendingBatch] = []
+        self.rows = 0
+
+    def add(self, partition: int, rows: pa.Table) -> None:
+        """Buffer rows for ``partition``; write a segment once the buffer is large."""
+        self.buffers.setdefault(partition, []).append(rows)
+        self.buffered_bytes[partition] = self.buffered_bytes.get(partition, 0) + rows.nbytes
+        if self.buffered_bytes[partition] >= self.max_bytes:
+            self._flush(partition)
+
+    def _flush(self, partition: int) -> None:
+        parts = self.buffers.pop(partition, [])
+        self.buffered_bytes.pop(partition, None)
+        if not parts:
+            return
+        table = pa.concat_tables(parts).combine_chunks()
+        data = encode_table(table)
+        key = segment_key(self.table, partition, self.write_id)
+        self.store.put(key, data)
+        # Spark may call abort while tasks still run; abort writes its tombstone before it
+        # lists the job's files, so a segment put after that listing is removed here.
+        if self.store.head(abort_tombstone(self.table, self.write_id)) is not None:
+            self.store.delete(key)
+            raise IllegalStateError(f"write job {self.write_id} was aborted")
+        stamps = pc.min_max(table.column("timestamp").cast(pa.int64()))
+        self.written.append(
+            PendingBatch(
+                partition=partition,
+                path=key,
+                count=table.num_rows,
+                size=len(data),
+                min_timestamp=stamps["min"].as_py(),
+                max_timestamp=stamps["max"].as_py(),
+            )
+        )
+        self.rows += table.num_rows
+
+    def finish(self) -> TxnCommitMessage:
+        """Write every remaining buffer; the message lists all segments, by partition."""
+        for p in sorted(self.buffers):
+            self._flush(p)
+        return TxnCommitMessage(self.written, self.rows)
+
+
+def abort_tombstone(table: str, write_id: str) -> str:
+    """Key marking a batch write job as aborted (tasks still running then clean up)."""
+    return f"{table}/_spark_aborted/{write_id}"
+
+
+def segment_key(table: str, partition: int, write_id: str) -> str:
+    """A new segment key; the write id prefix lets abort find every file of the job."""
+    return f"{table}/data/{partition}/{write_id}-{uuid.uuid4().hex}.parquet"
+
+
+def write_task(
+    batches: Iterable[pa.RecordBatch],
+    opts: WriteOptions,
+    num_partitions: int,
+    write_id: str,
+) -> TxnCommitMessage:
+    """Executor side of both writers: route, write segments, describe them."""
+    loc = opts.location
+    store = cached_store(loc.warehouse_url, loc.storage_options)
+    router = Router(num_partitions, _sticky_partition(num_partitions))
+    out = SegmentWriter(store, loc.table, write_id, opts.max_bytes_per_segment)
+    now = now_ms()
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        value = _column(batch, "value")
+        if value is None:
+            raise SchemaMismatchError("txntable write needs a 'value' column")
+        keys = _as_binary(_column(batch, "key"), n)
+        rows = pa.Table.from_arrays(
+            [
+                keys,
+                _as_binary(value, n),
+                _as_headers(_column(batch, "headers"), n),
+                _as_timestamps(_column(batch, "timestamp"), n, now),
+            ],
+            schema=SEGMENT_SCHEMA,
+        )
+        targets = router.route(keys, _column(batch, "partition"))
+        if (targets == targets[0]).all():
+            out.add(int(targets[0]), rows)
+            continue
+        order = np.argsort(targets, kind="stable")
+        rows = rows.take(pa.array(order))
+        sorted_targets = targets[order]
+        bounds = np.flatnonzero(np.diff(sorted_targets)) + 1
+        for lo, hi in zip(
+            np.concatenate(([0], bounds)), np.concatenate((bounds, [n])), strict=True
+        ):
+            out.add(int(sorted_targets[lo]), rows.slice(int(lo), int(hi - lo)))
+    return out.finish()
+
+
+def _sticky_partition(num_partitions: int) -> int:
+    # Null-key rows of one task stick to one partition (KIP-480); spreading tasks by their
+    # partition id keeps the choice deterministic for a given job.
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None:
+            return ctx.partitionId() % num_partitions
+    except ImportError:  # pragma: no cover - always importable on an executor
+        pass
+    return random.randrange(num_partitions)
+
+
+def _batches(messages: Iterable[WriterCommitMessage | None]) -> list[PendingBatch]:
+    out = [b for m in messages if isinstance(m, TxnCommitMessage) for b in m.batches]
+    # A deterministic order makes offsets reproducible for a given set of task outputs.
+    return sorted(out, key=lambda b: (b.partition, b.path))
+
+
+def _delete(store: Store, keys: Iterable[str]) -> None:
+    for key in keys:
+        try:
+            store.delete(key)
+        except Exception:  # noqa: BLE001 - cleanup is best effort; orphans are invisible
+            pass
+
+
+def _job_files(store: Store, table: str, num_partitions: int, write_id: str) -> list[str]:
+    keys: list[str] = []
+    for p in range(num_partitions):
+        keys.extend(store.list(f"{table}/data/{p}/{write_id}-"))
+    return keys
+
+
+# --- the writers -----------------------------------------------------------------------------
+
+
+class TxnTableWriter(DataSourceArrowWriter):
+    """Batch append: every task's segments become visible in one log version, or none do."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        check_input_schema(schema)
+        self.opts = opts
+        snap = open_table(opts.location).snapshot()
+        self.num_partitions = snap.num_partitions
+        self.start_version = snap.version
+        self.write_id = uuid.uuid4().hex
+        self.committed_version: int | None = None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Executor: write this task's segments (invisible until the driver commits)."""
+        return write_task(iterator, self.opts, self.num_partitions, self.write_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver: commit all segments as one log version (no version if nothing was written)."""
+        batches = _batches(messages)
+        if not batches:
+            return
+        table = open_table(self.opts.location)
+        _, self.committed_version = table.append(batches)
+        # Files of failed or speculative task attempts are in no message: remove them.
+        committed = {b.path for b in batches}
+        leftovers = [
+            k
+            for k in _job_files(table.store, table.name, self.num_partitions, self.write_id)
+            if k not in committed
+        ]
+        _delete(table.store, leftovers)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Driver: delete the job's segments, but only once the log shows none committed.
+
+        Spark also calls this when :meth:`commit` raised, and a commit whose outcome was
+        ambiguous may have landed: the log after ``start_version`` is read first, and if
+        any of the job's segments is referenced (or the log cannot be read) nothing is
+        deleted. Spark does not wait for cancelled tasks, so a tombstone is written first:
+        a task finishing a segment after that deletes it itself.
+        """
+        table = open_table(self.opts.location)
+        try:
+            ours = set(_job_files(table.store, table.name, self.num_partitions, self.write_id))
+            ours |= {b.path for b in _batches(messages)}
+            if self._landed(table, ours):
+                return
+            # From here on a late task deletes its own segment (see SegmentWriter._flush).
+            table.store.put(abort_tombstone(table.name, self.write_id), b"")
+            ours |= set(_job_files(table.store, table.name, self.num_partitions, self.write_id))
+        except Exception:  # noqa: BLE001 - without proof that nothing landed, keep the files
+            return
+        _delete(table.store, sorted(ours))
+
+    def _landed(self, table: Table, paths: set[str]) -> bool:
+        """Whether a log version after ``start_version`` references any of ``paths``."""
+        version = self.start_version + 1
+        while (actions := table.log.read_version(version)) is not None:
+            if any(isinstance(a, Batch) and a.path in paths for a in actions):
+                return True
+            version += 1
+        return False
+
+
+def default_app_id(options: dict[str, str]) -> str:
+    """The AppTxn id of a streaming write without ``txnAppId``: derived from the checkpoint.
+
+    Spark passes the query's ``checkpointLocation`` option to the sink (not its query id),
+    and a restarted query reuses its checkpoint, which is exactly the identity idempotency
+    needs. Two queries with the same checkpoint cannot run at once anyway.
+
+    Raises:
+        InvalidConfigurationError: If there is neither ``txnAppId`` nor a
+            ``checkpointLocation`` option (e.g. only the session-wide checkpoint conf).
+    """
+    checkpoint = {k.lower(): v for k, v in options.items()}.get("checkpointlocation")
+    if not checkpoint:
+        raise InvalidConfigurationError(
+            "a txntable streaming write needs option txnAppId or checkpointLocation "
+            "(the idempotency key of its micro-batches)"
+        )
+    digest = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
+    return f"spark-{digest}"
+
+
+class TxnTableStreamWriter(DataSourceStreamArrowWriter):
+    """Exactly-once micro-batch sink: one log version per batch, tagged ``AppTxn(app, batch)``."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType, app_id: str) -> None:
+        check_input_schema(schema)
+        self.opts = opts
+        self.app_id = app_id
+        snap = open_table(opts.location).snapshot()
+        self.num_partitions = snap.num_partitions
+        self.write_id = uuid.uuid4().hex
+        self.last_result: str | None = None
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """Executor: write this task's segments of the micro-batch."""
+        return write_task(iterator, self.opts, self.num_partitions, self.write_id)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: commit the micro-batch unless ``batchId`` was already applied."""
+        batches = _batches(messages)
+        table = open_table(self.opts.location)
+        app_id = self.app_id
+
+        def build(s: TableSnapshot) -> CommitPlan[AppendResult | None]:
+            prev = s.app_txns.get(app_id)
+            if prev is not None and prev.version >= batchId:
+                return CommitPlan([], None)  # replayed batch: already in the table
+            now = now_ms()
+            plan = plan_append(s, batches, [], AppTxn(app_id, batchId, now), now)
+            return CommitPlan(plan.actions, plan.result, "STREAMING UPDATE")
+
+        if not batches:
+            self.last_result = "empty"
+            return
+        plan, _ = table.log.commit(table.snapshot(), build)
+        if plan.result is None:
+            self.last_result = "skipped"
+            _delete(table.store, [b.path for b in batches])
+        else:
+            self.last_result = "committed"
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Driver: delete the batch's segments if no commit of ``batchId`` is in the log.
+
+        When the log already records ``batchId`` for this app the files are kept: they may
+        be the committed ones (a commit that raised after landing).
+        """
+        try:
+            table = open_table(self.opts.location)
+            prev = table.snapshot().app_txns.get(self.app_id)
+        except Exception:  # noqa: BLE001 - cannot prove anything: keep the files
+            return
+        if prev is None or prev.version < batchId:
+            _delete(table.store, [b.path for b in _batches(messages)])
+
+
+def stream_app_id(opts: WriteOptions, options: dict[str, str]) -> str:
+    """``txnAppId`` if given, else :func:`default_app_id`."""
+    return opts.txn_app_id or default_app_id(options)

@@ -1,0 +1,409 @@
+"""Pure tests of the Spark source's planning, options, executor scan and writer logic.
+
+No SparkSession: tables live in memory stores and are written through the real commit path.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from sparkutil import TableWriter, rec
+
+from txntable.actions import Batch
+from txntable.errors import (
+    InvalidConfigurationError,
+    InvalidTableNameError,
+    OffsetOutOfRangeError,
+)
+from txntable.warehouse import Warehouse
+from txntable_spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    parse_read_options,
+    parse_write_options,
+    split_table_path,
+)
+from txntable_spark.planning import (
+    OffsetRange,
+    SegmentSlice,
+    limit_offsets,
+    pack_slices,
+    plan_ranges,
+    plan_scan,
+    resolve_ranges,
+)
+from txntable_spark.scan import read_slices
+
+
+def _wh() -> Warehouse:
+    return Warehouse(f"memory://spark-plan-{uuid.uuid4().hex}")
+
+
+def _opts(wh: Warehouse, name: str, **extra: str):  # type: ignore[no-untyped-def]
+    return parse_read_options({"path": f"{wh.url}/{name}", **extra})
+
+
+def _offsets(groups: list[list[SegmentSlice]]) -> list[tuple[int, int]]:
+    return sorted(
+        (s.partition, s.base_offset + i)
+        for g in groups
+        for s in g
+        for i in range(s.row_start, s.row_stop)
+    )
+
+
+def _model_offsets(tw: TableWriter, **kw) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    return [(r[0], r[1]) for r in tw.expected(**kw)]
+
+
+@pytest.fixture
+def mixed() -> TableWriter:
+    """Two partitions: plain data, a committed and an aborted txn interleaved, an open txn."""
+    tw = TableWriter(_wh(), "orders", 2)
+    tw.batch(0, [rec(i, b"k") for i in range(4)])  # 0-3
+    tw.batch(0, [rec(10 + i) for i in range(3)], pid=1, txn=True)  # 4-6 aborted
+    tw.batch(0, [rec(20 + i) for i in range(2)], pid=2, txn=True)  # 7-8 committed
+    tw.batch(1, [rec(30 + i) for i in range(2)], pid=1, txn=True)  # p1 0-1 aborted
+    tw.end_txn(1, commit=False)  # markers: p0 9, p1 2
+    tw.batch(0, [rec(40)])  # 10
+    tw.end_txn(2, commit=True)  # p0 11
+    tw.batch(1, [rec(50 + i) for i in range(3)])  # p1 3-5
+    tw.batch(0, [rec(60 + i) for i in range(2)], pid=3, txn=True)  # p0 12-13 open: LSO 12
+    tw.batch(0, [rec(70)])  # 14 (above the LSO)
+    return tw
+
+
+def test_read_committed_plan_matches_model(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    groups = plan_scan(snap, _opts(mixed.warehouse, "orders"))
+    assert _offsets(groups) == _model_offsets(mixed)
+    assert snap.partition(0).last_stable_offset == 12
+    assert max(o for p, o in _offsets(groups) if p == 0) == 10
+
+
+def test_read_uncommitted_plan_includes_aborted_and_open(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    opts = _opts(mixed.warehouse, "orders", **{"isolation.level": "READ_UNCOMMITTED"})
+    assert _offsets(plan_scan(snap, opts)) == _model_offsets(mixed, read_committed=False)
+
+
+def test_aborted_segments_are_never_planned(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    aborted = {
+        e.path for e in snap.partition(0).entries if isinstance(e, Batch) and e.producerId == 1
+    }
+    planned = {s.path for g in plan_scan(snap, _opts(mixed.warehouse, "orders")) for s in g}
+    assert aborted and not aborted & planned
+
+
+def test_offsets_slice_segments(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    opts = _opts(
+        mixed.warehouse,
+        "orders",
+        startingOffsets='{"orders": {"0": 2, "1": -2}}',
+        endingOffsets='{"orders": {"0": 8, "1": 4}}',
+    )
+    groups = plan_scan(snap, opts)
+    assert _offsets(groups) == _model_offsets(mixed, start={0: 2}, end={0: 8, 1: 4})
+    first = next(s for g in groups for s in g if s.partition == 0)
+    assert (first.base_offset, first.row_start, first.row_stop) == (0, 2, 4)
+
+
+def test_ending_offset_beyond_lso_is_clamped(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    opts = _opts(mixed.warehouse, "orders", endingOffsets='{"orders": {"0": 100}}')
+    ranges = resolve_ranges(snap, opts.starting, opts.ending, True)
+    assert ranges[0] == OffsetRange(0, 0, 12)
+    ranges = resolve_ranges(snap, opts.starting, opts.ending, False)
+    assert ranges[0] == OffsetRange(0, 0, 15)
+
+
+def test_start_inside_open_txn_is_empty(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    opts = _opts(mixed.warehouse, "orders", startingOffsets='{"orders": {"0": 13}}')
+    assert [s for g in plan_scan(snap, opts) for s in g if s.partition == 0] == []
+
+
+def test_out_of_range_offsets(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    with pytest.raises(OffsetOutOfRangeError):
+        plan_scan(snap, _opts(mixed.warehouse, "orders", startingOffsets='{"orders": {"0": 99}}'))
+    with pytest.raises(OffsetOutOfRangeError):
+        plan_scan(snap, _opts(mixed.warehouse, "orders", startingOffsets='{"orders": {"7": 0}}'))
+
+
+def test_log_start_offset_and_fail_on_data_loss() -> None:
+    from txntable.actions import LogStart
+
+    tw = TableWriter(_wh(), "t", 1)
+    for i in range(3):
+        tw.batch(0, [rec(i)])
+    snap = tw.table.snapshot()
+    from txntable.snapshot import apply_action
+
+    apply_action(snap, LogStart(0, 2))
+    start = '{"t": {"0": 0}}'
+    with pytest.raises(OffsetOutOfRangeError):
+        plan_scan(snap, _opts(tw.warehouse, "t", startingOffsets=start))
+    groups = plan_scan(
+        snap, _opts(tw.warehouse, "t", startingOffsets=start, failOnDataLoss="false")
+    )
+    assert _offsets(groups) == [(0, 2)]
+    assert _offsets(plan_scan(snap, _opts(tw.warehouse, "t"))) == [(0, 2)]
+
+
+def test_time_travel_snapshot_plans_old_state(mixed: TableWriter) -> None:
+    v = mixed.table.snapshot().version
+    mixed.batch(1, [rec(99)])
+    old = mixed.table.snapshot_at(v)
+    new = mixed.table.snapshot()
+    opts = _opts(mixed.warehouse, "orders")
+    assert len(_offsets(plan_scan(new, opts))) == len(_offsets(plan_scan(old, opts))) + 1
+
+
+def test_packing_by_bytes_and_min_partitions() -> None:
+    slices = [SegmentSlice(0, f"s{i}", i * 10, 10, 0, 10, 100) for i in range(10)]
+    assert [len(g) for g in pack_slices(slices, 250)] == [2, 2, 2, 2, 2]
+    assert [len(g) for g in pack_slices(slices, 10_000)] == [10]
+    assert [len(g) for g in pack_slices(slices, 10_000, min_partitions=4)] == [3, 3, 3, 1]
+    assert len(pack_slices(slices, 10_000, min_partitions=4, min_bytes=600)) == 2
+    assert len(pack_slices(slices, 1)) == 10  # a segment is never split
+    half = SegmentSlice(0, "x", 0, 10, 0, 5, 100)
+    assert half.est_bytes == 50
+    assert pack_slices([], 10) == []
+
+
+def test_limit_offsets_is_proportional() -> None:
+    start = {0: 0, 1: 100, 2: 5}
+    available = {0: 1000, 1: 200, 2: 5}
+    out = limit_offsets(start, available, 110)
+    assert out == {0: 100, 1: 110, 2: 5}
+    assert limit_offsets(start, available, 10_000) == available
+    # A tiny share still moves a partition forward.
+    assert limit_offsets({0: 0, 1: 0}, {0: 1000, 1: 1}, 10)[1] == 1
+
+
+def test_plan_ranges_for_streaming(mixed: TableWriter) -> None:
+    snap = mixed.table.snapshot()
+    groups = plan_ranges(snap, [OffsetRange(0, 3, 9)], True, 1 << 30)
+    assert _offsets(groups) == [(0, 3), (0, 7), (0, 8)]
+
+
+# --- options ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/tmp/lake/orders", ("/tmp/lake", "orders")),
+        ("/tmp/lake/orders/", ("/tmp/lake", "orders")),
+        ("file:///tmp/lake/orders", ("file:///tmp/lake", "orders")),
+        ("file:///orders", ("file:///", "orders")),
+        ("s3://bucket/prefix/orders", ("s3://bucket/prefix", "orders")),
+        ("s3://bucket/orders", ("s3://bucket", "orders")),
+        ("memory://name/orders", ("memory://name", "orders")),
+        ("lake/orders", ("lake", "orders")),
+    ],
+)
+def test_split_table_path(path: str, expected: tuple[str, str]) -> None:
+    assert split_table_path(path) == expected
+
+
+@pytest.mark.parametrize("path", ["orders", "memory://orders", "s3://bucket"])
+def test_split_table_path_rejects(path: str) -> None:
+    with pytest.raises(InvalidConfigurationError):
+        split_table_path(path)
+
+
+def test_bad_table_name() -> None:
+    with pytest.raises(InvalidTableNameError):
+        split_table_path("/lake/_coordinator")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"isolation.level": "serializable"},
+        {"startingOffsets": "yesterday"},
+        {"startingOffsets": '{"other": {"0": 1}}'},
+        {"startingOffsets": '{"t": {"x": 1}}'},
+        {"startingOffsets": '{"t": {"0": -3}}'},
+        {"startingOffsets": "latest"},
+        {"startingOffsets": '{"t": {"0": -1}}'},
+        {"endingOffsets": "earliest"},
+        {"versionAsOf": "-1"},
+        {"versionAsOf": "abc"},
+        {"maxBytesPerPartition": "0"},
+        {"failOnDataLoss": "maybe"},
+    ],
+)
+def test_bad_read_options(options: dict[str, str]) -> None:
+    with pytest.raises(InvalidConfigurationError):
+        parse_read_options({"path": "/lake/t", **options})
+
+
+def test_read_options_parsed() -> None:
+    opts = parse_read_options(
+        {
+            "path": "s3://b/lake/t",
+            "isolationlevel": "read_uncommitted",
+            "startingoffsets": '{"t": {"0": 5, "2": -2}}',
+            "versionasof": "3",
+            "storage.s3.endpoint": "http://127.0.0.1:9000",
+            "storage.s3.secret-access-key": "hunter2",
+        }
+    )
+    assert not opts.read_committed
+    assert opts.starting == OffsetSpec(EARLIEST, {0: 5, 2: EARLIEST})
+    assert opts.ending == OffsetSpec(LATEST)
+    assert opts.version_as_of == 3
+    assert opts.location.warehouse_url == "s3://b/lake"
+    assert opts.location.storage_options["s3.secret-access-key"] == "hunter2"
+    assert "hunter2" not in repr(opts) and "127.0.0.1" not in repr(opts)
+
+
+def test_streaming_read_options() -> None:
+    opts = parse_read_options({"path": "/l/t", "maxOffsetsPerTrigger": "7"}, streaming=True)
+    assert opts.starting == OffsetSpec(LATEST)
+    assert opts.max_offsets_per_trigger == 7
+    with pytest.raises(InvalidConfigurationError):
+        parse_read_options({"path": "/l/t", "endingOffsets": "latest"}, streaming=True)
+    with pytest.raises(InvalidConfigurationError):
+        parse_read_options({"path": "/l/t", "versionAsOf": "1"}, streaming=True)
+
+
+def test_write_options() -> None:
+    opts = parse_write_options({"warehouse": "/l", "table": "t", "txnAppId": "etl"})
+    assert (opts.location.warehouse_url, opts.location.table, opts.txn_app_id) == ("/l", "t", "etl")
+    with pytest.raises(InvalidConfigurationError):
+        parse_write_options({})
+    with pytest.raises(InvalidConfigurationError):
+        parse_write_options({"path": "/l/t", "table": "u"})
+
+
+# --- executor scan ---------------------------------------------------------------------------
+
+
+def test_read_slices_schema_and_rows(mixed: TableWriter) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from txntable_spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
+
+    assert to_arrow_schema(SPARK_SCHEMA, timezone="UTC").equals(ARROW_SCHEMA)
+    snap = mixed.table.snapshot()
+    opts = _opts(mixed.warehouse, "orders", startingOffsets='{"orders": {"0": 1}}')
+    slices = [s for g in plan_scan(snap, opts) for s in g]
+    batches = list(read_slices(mixed.warehouse.url, {}, "orders", slices))
+    assert all(b.schema.equals(ARROW_SCHEMA) for b in batches)
+    table = pa.Table.from_batches(batches)
+    got = sorted(
+        (
+            r["partition"],
+            r["offset"],
+            r["key"],
+            r["value"],
+            tuple((h["key"], h["value"]) for h in r["headers"]),
+            int(r["timestamp"].timestamp() * 1000),
+        )
+        for r in table.to_pylist()
+    )
+    assert got == mixed.expected(start={0: 1})
+    assert set(table.column("topic").to_pylist()) == {"orders"}
+
+
+# --- property: planning equals the model for random histories ------------------------------
+
+_op = st.one_of(
+    st.tuples(st.just("plain"), st.integers(0, 1), st.integers(1, 4)),
+    st.tuples(st.just("txn"), st.integers(0, 1), st.integers(1, 4), st.integers(1, 3)),
+    st.tuples(st.just("end"), st.integers(1, 3), st.booleans()),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(_op, max_size=14), start=st.integers(0, 6), end_cut=st.integers(0, 8))
+def test_plan_matches_model_randomised(ops: list[tuple], start: int, end_cut: int) -> None:
+    tw = TableWriter(_wh(), "r", 2)
+    n = 0
+    for op in ops:
+        if op[0] == "plain":
+            tw.batch(op[1], [rec(n + i) for i in range(op[2])])
+            n += op[2]
+        elif op[0] == "txn":
+            tw.batch(op[1], [rec(n + i) for i in range(op[2])], pid=op[3], txn=True)
+            n += op[2]
+        else:
+            tw.end_txn(op[1], op[2])
+    snap = tw.table.snapshot()
+    for read_committed in (True, False):
+        hw = snap.partition(0).high_watermark
+        s0 = min(start, hw)
+        e0 = max(s0, hw - end_cut)
+        level = "read_committed" if read_committed else "read_uncommitted"
+        opts = _opts(
+            tw.warehouse,
+            "r",
+            **{
+                "isolation.level": level,
+                "startingOffsets": f'{{"r": {{"0": {s0}}}}}',
+                "endingOffsets": f'{{"r": {{"0": {e0}}}}}',
+            },
+        )
+        want = _model_offsets(tw, read_committed=read_committed, start={0: s0}, end={0: e0})
+        assert _offsets(plan_scan(snap, opts)) == want
+
+
+def test_streaming_start_inside_open_txn_is_not_lowered(mixed: TableWriter) -> None:
+    from txntable_spark.stream import TxnTableStreamReader
+
+    loc = {"path": f"{mixed.warehouse.url}/orders"}
+    reader = TxnTableStreamReader(
+        parse_read_options({**loc, "startingOffsets": '{"orders": {"0": 13}}'}, streaming=True)
+    )
+    start = reader.initialOffset()
+    assert start["0"] == 13  # LSO is 12: the stream waits instead of re-reading 12
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end["0"] == 13 and reader.partitions(start, end) == []
+    mixed.end_txn(3, commit=True)  # marker at 15: LSO -> 16
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"0": 16, "1": 6}
+    planned = [s for p in reader.partitions(start, end) for s in p.slices]  # type: ignore[attr-defined]
+    assert [(s.partition, s.base_offset + s.row_start) for s in planned if s.partition == 0] == [
+        (0, 13),
+        (0, 14),
+    ]
+
+
+def test_stream_reader_rate_limit_and_available_now(mixed: TableWriter) -> None:
+    from txntable_spark.stream import TxnTableStreamReader
+
+    loc = {"path": f"{mixed.warehouse.url}/orders", "startingOffsets": "earliest"}
+    reader = TxnTableStreamReader(parse_read_options({**loc, "maxOffsetsPerTrigger": "4"}, True))
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(4)
+    start = reader.initialOffset()
+    assert start == {"0": 0, "1": 0}
+    reader.prepareForTriggerAvailableNow()
+    table = reader._table
+    snap = table.snapshot(refresh=False) if table else None
+    mixed.batch(1, [rec(999)])  # after the AvailableNow target: not read by this run
+    seen = 0
+    for _ in range(20):
+        end = reader.latestOffset(start, limit)
+        if end == start:
+            break
+        seen += sum(end[p] - start[p] for p in end)
+        assert sum(end[p] - start[p] for p in end) <= 4
+        start = end
+    assert start == {"0": 12, "1": 6}
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    # One handle whose snapshot is refreshed in place: no reload per micro-batch.
+    assert reader._table is table and table is not None
+    assert table.snapshot(refresh=False) is snap and snap.version == mixed.table.snapshot().version

@@ -1,0 +1,215 @@
+"""The writers' task, commit and abort logic, driven directly (no SparkSession)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from txntable.actions import Batch
+from txntable.errors import IllegalStateError, InvalidConfigurationError, SchemaMismatchError
+from txntable.partitioner import partition_for_key
+from txntable.records import read_segment
+from txntable.warehouse import Warehouse
+from txntable_spark.options import parse_write_options
+from txntable_spark.writer import (
+    TxnCommitMessage,
+    TxnTableStreamWriter,
+    TxnTableWriter,
+    check_input_schema,
+    default_app_id,
+)
+
+SCHEMA = StructType(
+    [
+        StructField("key", StringType()),
+        StructField("value", BinaryType()),
+        StructField("partition", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+        StructField("timestamp", TimestampType()),
+    ]
+)
+
+
+def _setup(partitions: int = 3) -> tuple[Warehouse, dict[str, str]]:
+    wh = Warehouse(f"memory://spark-writer-{uuid.uuid4().hex}")
+    wh.create_table("t", partitions=partitions)
+    return wh, {"path": f"{wh.url}/t"}
+
+
+def _batch(
+    n: int, keys: list[str | None], partitions: list[int | None] | None = None
+) -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "key": pa.array(keys, pa.string()),
+            "value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
+            "partition": pa.array(partitions or [None] * n, pa.int32()),
+            "headers": pa.array(
+                [[{"key": "h", "value": b"%d" % i}] if i % 2 else None for i in range(n)],
+                pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+            ),
+            "timestamp": pa.array(
+                [1_000_000 * (i + 1) for i in range(n)], pa.timestamp("us", "UTC")
+            ),
+        }
+    )
+
+
+def _rows(wh: Warehouse, msg: TxnCommitMessage) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for b in msg.batches:
+        out.setdefault(b.partition, []).extend(read_segment(wh.store, b.path, b.count).to_pylist())
+    return out
+
+
+def test_routing_and_segment_content() -> None:
+    wh, options = _setup()
+    writer = TxnTableWriter(parse_write_options(options), SCHEMA)
+    keys = [f"k{i}" for i in range(20)] + [None] * 5
+    parts: list[int | None] = [None] * 25
+    parts[3] = 1  # an explicit partition wins over the key
+    msg = writer.write(iter([_batch(25, keys, parts)]))
+    assert isinstance(msg, TxnCommitMessage) and msg.rows == 25
+    by_part = _rows(wh, msg)
+    assert len(msg.batches) == len(by_part)  # one segment per table partition
+    null_parts = {p for p, rows in by_part.items() for r in rows if r["key"] is None}
+    assert len(null_parts) == 1  # sticky
+    for p, rows in by_part.items():
+        for r in rows:
+            i = int(r["value"][1:])
+            if i == 3:
+                assert p == 1
+            elif r["key"] is not None:
+                assert p == partition_for_key(r["key"], 3)
+            assert r["headers"] == ([{"key": "h", "value": b"%d" % i}] if i % 2 else [])
+            assert r["timestamp"].timestamp() == i + 1
+    writer.commit([msg])
+    snap = wh.table("t").snapshot()
+    assert snap.version == 1
+    assert sum(p.high_watermark for p in snap.partitions) == 25
+
+
+def test_segments_split_by_size() -> None:
+    wh, options = _setup(1)
+    writer = TxnTableWriter(parse_write_options({**options, "maxBytesPerSegment": "1"}), SCHEMA)
+    msg = writer.write(iter([_batch(3, ["a", "b", "c"]), _batch(2, ["d", "e"])]))
+    assert isinstance(msg, TxnCommitMessage)
+    assert [b.count for b in msg.batches] == [3, 2]
+
+
+def test_abort_deletes_unless_commit_landed() -> None:
+    wh, options = _setup()
+    opts = parse_write_options(options)
+    writer = TxnTableWriter(opts, SCHEMA)
+    msg = writer.write(iter([_batch(6, [f"k{i}" for i in range(6)])]))
+    assert isinstance(msg, TxnCommitMessage)
+    orphan = writer.write(iter([_batch(2, ["x", "y"])]))  # a "failed attempt": no message
+    assert isinstance(orphan, TxnCommitMessage)
+    written = {b.path for b in msg.batches} | {b.path for b in orphan.batches}
+    assert written <= set(wh.store.list("t/data/"))
+    writer.abort([msg, None])
+    assert set(wh.store.list("t/data/")) == set()
+    assert wh.table("t").snapshot().version == 0
+    # A task still running after the abort removes its own segment.
+    with pytest.raises(IllegalStateError):
+        writer.write(iter([_batch(1, ["late"])]))
+    assert set(wh.store.list("t/data/")) == set()
+
+    # A commit that landed (e.g. it raised after the put) is never undone by abort.
+    writer = TxnTableWriter(opts, SCHEMA)
+    msg = writer.write(iter([_batch(4, ["a", "b", "c", "d"])]))
+    assert isinstance(msg, TxnCommitMessage)
+    writer.commit([msg])
+    writer.abort([msg])
+    paths = {b.path for b in msg.batches}
+    assert paths <= set(wh.store.list("t/data/"))
+    assert wh.table("t").snapshot().version == 1
+
+
+def test_commit_removes_failed_attempt_files() -> None:
+    wh, options = _setup()
+    writer = TxnTableWriter(parse_write_options(options), SCHEMA)
+    msg = writer.write(iter([_batch(3, ["a", "b", "c"])]))
+    writer.write(iter([_batch(3, ["a", "b", "c"])]))  # a retried attempt's leftover
+    assert isinstance(msg, TxnCommitMessage)
+    writer.commit([msg])
+    snap = wh.table("t").snapshot()
+    referenced = {e.path for p in snap.partitions for e in p.entries if isinstance(e, Batch)}
+    assert set(wh.store.list("t/data/")) == referenced
+
+
+def test_empty_job_writes_no_version() -> None:
+    wh, options = _setup()
+    writer = TxnTableWriter(parse_write_options(options), SCHEMA)
+    msg = writer.write(iter([]))
+    writer.commit([msg])
+    assert wh.table("t").snapshot().version == 0
+
+
+def test_stream_commit_is_idempotent_per_batch_id() -> None:
+    wh, options = _setup()
+    opts = parse_write_options(options)
+    first = TxnTableStreamWriter(opts, SCHEMA, "app")
+    m0 = first.write(iter([_batch(4, ["a", "b", "c", "d"])]))
+    first.commit([m0], 0)
+    assert first.last_result == "committed"
+    # The same batch replayed after a restart: new files, same batch id -> skipped.
+    replay = TxnTableStreamWriter(opts, SCHEMA, "app")
+    m0b = replay.write(iter([_batch(4, ["a", "b", "c", "d"])]))
+    assert isinstance(m0b, TxnCommitMessage)
+    replay.commit([m0b], 0)
+    assert replay.last_result == "skipped"
+    assert not {b.path for b in m0b.batches} & set(wh.store.list("t/data/"))
+    m1 = replay.write(iter([_batch(1, ["e"])]))
+    replay.commit([m1], 1)
+    snap = wh.table("t").snapshot()
+    assert snap.app_txns["app"].version == 1
+    assert sum(p.high_watermark for p in snap.partitions) == 5
+    # Another app id is independent.
+    other = TxnTableStreamWriter(opts, SCHEMA, "other")
+    m = other.write(iter([_batch(1, ["f"])]))
+    other.commit([m], 0)
+    assert other.last_result == "committed"
+    # Abort of an already-recorded batch keeps files; of a new one deletes them.
+    m2 = other.write(iter([_batch(1, ["g"])]))
+    assert isinstance(m2, TxnCommitMessage)
+    other.abort([m2], 0)
+    assert {b.path for b in m2.batches} <= set(wh.store.list("t/data/"))
+    other.abort([m2], 1)
+    assert not {b.path for b in m2.batches} & set(wh.store.list("t/data/"))
+
+
+def test_input_schema_checks_and_app_id() -> None:
+    check_input_schema(StructType([StructField("value", StringType())]))
+    with pytest.raises(SchemaMismatchError):
+        check_input_schema(StructType([StructField("key", StringType())]))
+    with pytest.raises(SchemaMismatchError):
+        check_input_schema(StructType([StructField("value", IntegerType())]))
+    with pytest.raises(SchemaMismatchError):
+        check_input_schema(
+            StructType([StructField("value", StringType()), StructField("timestamp", StringType())])
+        )
+    a = default_app_id({"checkpointlocation": "/ck/q1"})
+    assert (
+        a
+        == default_app_id({"checkpointLocation": "/ck/q1/"})
+        != default_app_id({"checkpointlocation": "/ck/q2"})
+    )
+    with pytest.raises(InvalidConfigurationError):
+        default_app_id({"path": "/x/t"})
