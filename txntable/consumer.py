@@ -19,7 +19,12 @@ import pyarrow as pa
 from txntable import config
 from txntable.aborted import classify_entries
 from txntable.actions import Batch
-from txntable.errors import IllegalStateError, OffsetOutOfRangeError, UnstableOffsetCommitError
+from txntable.errors import (
+    IllegalStateError,
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    UnstableOffsetCommitError,
+)
 from txntable.groups import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -132,8 +137,8 @@ class Consumer:
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Set the next offset ``poll`` returns from for ``partition``."""
         self._check_open()
-        if offset < 0:
-            raise ValueError("offset must be non-negative")
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         self._targets([partition])
         self._positions[partition] = offset
 

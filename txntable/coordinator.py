@@ -348,7 +348,7 @@ class TransactionCoordinator:
             return self.store.put_if_match(key, data, etag)
         except TransientStorageError:
             # The outcome is unknown: read back (the store contract), never assume. Our exact
-            # bytes (they carry a millisecond timestamp) mean the write landed; otherwise the
+            # bytes (unique by their writeId) mean the write landed; otherwise the
             # error stands and the caller retries as before.
             try:
                 current = self.store.get(key)
@@ -565,7 +565,11 @@ class TransactionCoordinator:
                 return meta, etag  # another client finished our decision
             if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
                 # Our own earlier attempt (whose outcome was unknown) made the decision.
-                return self.complete(meta, etag)
+                try:
+                    return self.complete(meta, etag)
+                except PreconditionFailedError:
+                    cached = None  # completed by another client meanwhile: reload, confirm
+                    continue
             partitions = {t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()}
             prepared = meta.transition(
                 TxnState.PREPARE_COMMIT,

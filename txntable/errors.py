@@ -171,3 +171,7 @@ class NoOffsetForPartitionError(TxnTableError):
 
 class InvalidConfigurationError(TxnTableError, ValueError):
     """An option value is unknown, malformed or out of range (Kafka's ConfigException)."""
+
+
+class InvalidOffsetError(TxnTableError, ValueError):
+    """An offset given by the caller is negative or otherwise not a valid position."""

@@ -25,6 +25,7 @@ from txntable.actions import (
 )
 from txntable.errors import (
     IllegalGenerationError,
+    InvalidOffsetError,
     InvalidProducerEpochError,
     ObjectExistsError,
     OffsetMetadataTooLargeError,
@@ -118,8 +119,8 @@ def plan_offset_commit(
             raise OffsetMetadataTooLargeError(
                 f"offset metadata for {tp} is longer than {max_metadata_bytes} bytes"
             )
-        if om.offset < 0:
-            raise ValueError(f"offset for {tp} must be non-negative")
+        if not isinstance(om.offset, int) or om.offset < 0:
+            raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
         actions.append(
             OffsetCommit(
                 group=group_id,

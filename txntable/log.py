@@ -26,6 +26,7 @@ from txntable.errors import (
     CorruptLogError,
     ObjectExistsError,
     ObjectNotFoundError,
+    StorageError,
     TransientStorageError,
 )
 from txntable.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
@@ -278,11 +279,12 @@ class Log:
         """Write the checkpoint of ``snap`` and point the hint at it.
 
         A checkpoint is an optimisation: the log versions stay the source of truth, so a
-        failure here is reported to nobody and costs only a longer replay later.
+        failure here (after the commit it follows has landed) is logged, not raised, and
+        costs only a longer replay later.
         """
         try:
             data = encode_actions(checkpoint_actions(snap))
             self.store.put(self.checkpoint_key(snap.version), data)
             self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
-        except (TransientStorageError, OSError) as e:
+        except (StorageError, OSError) as e:
             _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)

@@ -162,7 +162,8 @@ class Producer:
                 f"init_transactions did not finish ({e}); call it again to retry"
             ) from e
         except TxnTableError as e:
-            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
+            # Not a timeout: the producer cannot become usable (Kafka treats it as fatal).
+            txn.fail(e, fatal=True)
             raise
         self._sequences.clear()
         txn.transition(_C.READY)

@@ -106,6 +106,8 @@ class TableSnapshot:
         default_factory=dict
     )
     last_commit_timestamp: int = 0
+    #: Set when a version failed half-way through :meth:`apply`: the state is unusable.
+    torn: bool = False
 
     @property
     def num_partitions(self) -> int:
@@ -130,12 +132,18 @@ class TableSnapshot:
             CorruptLogError: If the version does not follow the snapshot or an action is
                 inconsistent with the state (an offset that does not continue its partition).
         """
+        if self.torn:
+            raise CorruptLogError("snapshot was torn by a damaged version; load it again", path)
         if version != self.version + 1:
             raise CorruptLogError(f"version {version} does not follow {self.version}", path)
-        for action in actions:
-            apply_action(self, action, path)
-        if self.protocol is None or self.metadata is None:
-            raise CorruptLogError("table has no protocol or metadata action", path)
+        try:
+            for action in actions:
+                apply_action(self, action, path)
+            if self.protocol is None or self.metadata is None:
+                raise CorruptLogError("table has no protocol or metadata action", path)
+        except BaseException:
+            self.torn = True  # some actions applied, some not: never use this state again
+            raise
         self.version = version
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from txntable import config
@@ -12,6 +14,8 @@ from txntable.errors import InvalidConfigurationError
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,20 @@ class TableDescription:
     partitions: tuple[PartitionDescription, ...]
 
 
+def checkpoint_interval(configuration: Mapping[str, str]) -> int:
+    """The table's ``checkpoint.interval`` (versions between checkpoints; 0 disables them).
+
+    Raises:
+        InvalidConfigurationError: If it is not a non-negative integer.
+    """
+    raw = configuration.get(config.CHECKPOINT_INTERVAL, str(config.CHECKPOINT_INTERVAL_DEFAULT))
+    if not raw.isdigit():
+        raise InvalidConfigurationError(
+            f"{config.CHECKPOINT_INTERVAL} must be a non-negative integer, got {raw!r}"
+        )
+    return int(raw)
+
+
 class Table:
     """One table of a warehouse. Each handle keeps its own snapshot, refreshed incrementally.
 
@@ -60,30 +78,25 @@ class Table:
     def snapshot(self, refresh: bool = True) -> TableSnapshot:
         """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
         with self._lock:
-            try:
-                if self._snapshot is None:
-                    self._snapshot = self.log.load()
-                    self._configure(self._snapshot)
-                elif refresh:
-                    self.log.refresh(self._snapshot)
-            except Exception:
-                # A version that failed half-way may have been partly applied: forget the
-                # snapshot so the next call rebuilds it rather than use a torn state.
+            if self._snapshot is not None and self._snapshot.torn:
+                # A damaged version failed half-way through (here or in a commit's refresh):
+                # never use the partial state; rebuild from storage.
                 self._snapshot = None
-                raise
+            if self._snapshot is None:
+                self._snapshot = self.log.load()
+                self._configure(self._snapshot)
+            elif refresh:
+                self.log.refresh(self._snapshot)
             return self._snapshot
 
     def _configure(self, snap: TableSnapshot) -> None:
         assert snap.metadata is not None
-        conf = snap.metadata.configuration
         try:
-            self.log.checkpoint_interval = int(
-                conf.get(config.CHECKPOINT_INTERVAL, config.CHECKPOINT_INTERVAL_DEFAULT)
-            )
-        except ValueError:
-            raise InvalidConfigurationError(
-                f"table {self.name}: {config.CHECKPOINT_INTERVAL} is not an integer"
-            ) from None
+            self.log.checkpoint_interval = checkpoint_interval(snap.metadata.configuration)
+        except InvalidConfigurationError as e:
+            # Written by another client: a reader must still read; use the default.
+            _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
+            self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
 
     def snapshot_at(self, version: int) -> TableSnapshot:
         """A new snapshot as of ``version`` (time travel)."""

@@ -14,12 +14,17 @@ from txntable.actions import (
     Protocol,
     encode_actions,
 )
-from txntable.errors import ObjectExistsError, TableExistsError, TableNotFoundError
+from txntable.errors import (
+    InvalidConfigurationError,
+    ObjectExistsError,
+    TableExistsError,
+    TableNotFoundError,
+)
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
 from txntable.recovery import RecoveryReport, recover
 from txntable.storage.base import Store
-from txntable.table import Table
+from txntable.table import Table, checkpoint_interval
 
 COORDINATOR_DIR = "_coordinator"
 GROUPS_DIR = "_groups"
@@ -62,8 +67,9 @@ class Warehouse:
             TableExistsError: If the table exists.
         """
         validate_table_name(name)
-        if not isinstance(partitions, int) or partitions <= 0:
-            raise ValueError("partitions must be a positive integer")
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions <= 0:
+            raise InvalidConfigurationError("partitions must be a positive integer")
+        checkpoint_interval(configuration or {})  # reject a bad value before it is written
         log = Log(self.store, name)
         actions: list[Action] = [
             Protocol(READER_VERSION, WRITER_VERSION),

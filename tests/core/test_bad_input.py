@@ -235,3 +235,38 @@ def test_list_tables_names_only_tables(tmp_path) -> None:  # noqa: ANN001
         p.commit_transaction()
     (tmp_path / "stray").mkdir()
     assert wh.list_tables() == ["a.x", "b"]
+
+
+def test_bad_checkpoint_interval_is_refused_at_create(tmp_path) -> None:  # noqa: ANN001
+    from txntable import Warehouse
+    from txntable.errors import InvalidConfigurationError
+
+    wh = Warehouse(tmp_path.as_uri())
+    with pytest.raises(InvalidConfigurationError, match="checkpoint.interval"):
+        wh.create_table("t", configuration={"checkpoint.interval": "often"})
+    with pytest.raises(InvalidConfigurationError, match="partitions"):
+        wh.create_table("t", partitions=0)
+    assert wh.list_tables() == []
+
+
+def test_a_damaged_version_never_leaves_a_torn_snapshot(tmp_path) -> None:  # noqa: ANN001
+    from txntable import Warehouse
+    from txntable.actions import Batch, encode_actions
+    from txntable.errors import CorruptLogError
+
+    wh = Warehouse(tmp_path.as_uri())
+    table = wh.create_table("t", partitions=2)
+    snap = table.snapshot()
+    # Version 1: a valid batch on partition 0, then one that does not continue partition 1.
+    good = Batch(0, 0, 1, "t/data/0/a.parquet", 1)
+    bad = Batch(1, 5, 1, "t/data/1/b.parquet", 1)
+    wh.store.put_if_absent(table.log.version_key(1), encode_actions([good, bad]))
+    with pytest.raises(CorruptLogError, match="does not continue"):
+        table.snapshot()
+    assert snap.torn
+    # The half-applied batch is never served: every later call rebuilds and fails the same way.
+    with pytest.raises(CorruptLogError, match="does not continue"):
+        table.snapshot()
+    with pytest.raises(CorruptLogError):
+        snap.apply(1, [good])
+    assert table.log.load(version=0).partition(0).log_end_offset == 0
