@@ -317,3 +317,28 @@ def test_commit_async_calls_back_and_resolves(tables: Warehouse) -> None:
     assert done.wait(10)
     assert isinstance(calls[0][1], OffsetMetadataTooLargeError)
     assert c.committed(tp) == OffsetAndMetadata(3)
+
+
+def test_auto_commit_commits_positions_on_poll_and_close(tables: Warehouse) -> None:
+    wh = tables
+    tp = TopicPartition("in", 0)
+    c = Consumer(
+        wh,
+        group_id="auto",
+        enable_auto_commit=True,
+        auto_commit_interval_ms=50,
+        auto_offset_reset="earliest",
+    )
+    c.assign([tp])
+    assert [r.offset for r in c.poll(max_records=4)[tp]] == [0, 1, 2, 3]
+    assert c.committed(tp) is None  # the interval has not elapsed yet
+    time.sleep(0.06)
+    # Kafka's order: the poll first commits the positions reached so far, then fetches.
+    assert [r.offset for r in c.poll(max_records=2)[tp]] == [4, 5]
+    assert c.committed(tp) == OffsetAndMetadata(4)
+    c.close()  # commits the final position
+    again = Consumer(wh, group_id="auto")
+    again.assign([tp])
+    assert again.committed(tp) == OffsetAndMetadata(6)
+    assert again.position(tp) == 6
+    assert [r.offset for r in again.poll(max_records=100)[tp]] == [6, 7, 8, 9]
