@@ -16,10 +16,8 @@ from pathlib import Path
 from txntable import Consumer, Producer, TopicPartition, Warehouse
 
 
-def main() -> None:
-    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()) / "lake"
-    shutil.rmtree(root, ignore_errors=True)
-    wh = Warehouse(root.resolve().as_uri())
+def run_scenario(wh: Warehouse) -> None:
+    """The demo on any warehouse: commit, abort, idempotent writes, an open transaction."""
     wh.create_table("orders", partitions=2)
     print(f"warehouse {wh.url}: created table 'orders' with 2 partitions")
 
@@ -49,16 +47,10 @@ def main() -> None:
     print("left a transaction open on partition 1 (holds the LSO back)")
     plain.send("orders", value=b"after the open txn", partition=1).result()
 
-    for p in wh.table("orders").describe().partitions:
-        opens = ", ".join(f"pid {t.producer_id} from {t.first_offset}" for t in p.open_transactions)
-        print(
-            f"partition {p.partition}: log start {p.log_start_offset}, HW {p.high_watermark}, "
-            f"LSO {p.last_stable_offset}, open transactions: [{opens}]"
-        )
-
+    print_offsets(wh)
+    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
     for level in ("read_committed", "read_uncommitted"):
         consumer = Consumer(wh, isolation_level=level)
-        tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
         consumer.assign(tps)
         consumer.seek_to_beginning()
         print(f"\n{level}:")
@@ -66,15 +58,35 @@ def main() -> None:
             for r in records:
                 print(f"  {tp.topic}[{tp.partition}] offset {r.offset}: {r.value!r}")
         ends = consumer.end_offsets(tps)
-        print("  positions:", {tp.partition: consumer.position(tp) for tp in tps},
-              "end offsets:", {tp.partition: ends[tp] for tp in tps})
+        print(
+            "  positions:",
+            {tp.partition: consumer.position(tp) for tp in tps},
+            "end offsets:",
+            {tp.partition: ends[tp] for tp in tps},
+        )
         consumer.close()
 
     txn.commit_transaction()
-    print("\ncommitted the open transaction; partition 1 is now stable:",
-          wh.table("orders").describe().partitions[1])
+    print("\ncommitted the open transaction; partition 1 is now stable:")
+    print_offsets(wh)
     txn.close()
     plain.close()
+
+
+def print_offsets(wh: Warehouse) -> None:
+    """Log start, HW, LSO and open transactions per partition of ``orders``."""
+    for p in wh.table("orders").describe().partitions:
+        opens = ", ".join(f"pid {t.producer_id} from {t.first_offset}" for t in p.open_transactions)
+        print(
+            f"partition {p.partition}: log start {p.log_start_offset}, HW {p.high_watermark}, "
+            f"LSO {p.last_stable_offset}, open transactions: [{opens}]"
+        )
+
+
+def main() -> None:
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()) / "lake"
+    shutil.rmtree(root, ignore_errors=True)
+    run_scenario(Warehouse(root.resolve().as_uri()))
 
 
 if __name__ == "__main__":

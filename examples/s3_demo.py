@@ -19,7 +19,9 @@ import os
 import sys
 import uuid
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from demo import run_scenario  # examples/demo.py: the same scenario on local disk
+
+from txntable import Warehouse
 from txntable.storage.s3 import (
     S3_ACCESS_KEY_ID,
     S3_ADDRESSING_STYLE,
@@ -67,70 +69,7 @@ def run(endpoint: str) -> None:
     }
     wh = Warehouse(f"s3://{bucket}/lake", storage_options=storage_options)
     print(f"store: {wh.store!r}")  # credentials are masked
-    wh.create_table("orders", partitions=2)
-    print(f"warehouse {wh.url}: created table 'orders' with 2 partitions")
-
-    txn = Producer(wh, transactional_id="demo-etl")
-    txn.init_transactions()
-
-    txn.begin_transaction()
-    for i in range(3):
-        txn.send("orders", key=b"user-%d" % i, value=b"order %d (committed)" % i, partition=0)
-    txn.commit_transaction()
-    print("committed a transaction of 3 records")
-
-    txn.begin_transaction()
-    txn.send("orders", key=b"user-9", value=b"order 9 (aborted)", partition=0)
-    txn.flush()  # the record is in the log now: read_uncommitted sees it
-    txn.abort_transaction()
-    print("aborted a transaction of 1 record (flushed to the log first)")
-
-    plain = Producer(wh, enable_idempotence=True)
-    for i in range(2):
-        plain.send("orders", key=b"k", value=b"idempotent %d" % i, partition=1)
-    plain.flush()
-    print("wrote 2 idempotent records to partition 1")
-
-    txn.begin_transaction()
-    txn.send("orders", value=b"still open", partition=1).result()
-    print("left a transaction open on partition 1 (holds the LSO back)")
-    plain.send("orders", value=b"after the open txn", partition=1).result()
-
-    def print_offsets() -> None:
-        for p in wh.table("orders").describe().partitions:
-            opens = ", ".join(
-                f"pid {t.producer_id} from {t.first_offset}" for t in p.open_transactions
-            )
-            print(
-                f"partition {p.partition}: log start {p.log_start_offset}, "
-                f"HW {p.high_watermark}, LSO {p.last_stable_offset}, "
-                f"open transactions: [{opens}]"
-            )
-
-    print_offsets()
-    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
-    for level in ("read_committed", "read_uncommitted"):
-        consumer = Consumer(wh, isolation_level=level)
-        consumer.assign(tps)
-        consumer.seek_to_beginning()
-        print(f"\n{level}:")
-        for tp, records in sorted(consumer.poll(timeout_ms=500).items()):
-            for r in records:
-                print(f"  {tp.topic}[{tp.partition}] offset {r.offset}: {r.value!r}")
-        ends = consumer.end_offsets(tps)
-        print(
-            "  positions:",
-            {tp.partition: consumer.position(tp) for tp in tps},
-            "end offsets:",
-            {tp.partition: ends[tp] for tp in tps},
-        )
-        consumer.close()
-
-    txn.commit_transaction()
-    print("\ncommitted the open transaction; partition 1 is now stable:")
-    print_offsets()
-    txn.close()
-    plain.close()
+    run_scenario(wh)
     wh.store.close()
 
 
