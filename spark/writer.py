@@ -472,7 +472,7 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
         if not batches:
             self.last_result = "empty"
             return
-        plan, _ = table.log.commit(table.snapshot(), build)
+        plan, _ = table.commit(build)
         if plan.result is None:
             self.last_result = "skipped"
             _delete(table.store, [b.path for b in batches])

@@ -319,9 +319,7 @@ class Consumer:
         table = self._group_table()
         assert table is not None
         group, generation = self.group_id or "", self.group_generation
-        with table._lock:
-            snap = table.snapshot(refresh=False)
-            table.log.commit(snap, lambda s: plan_offset_commit(s, group, offsets, generation))
+        table.commit(lambda s: plan_offset_commit(s, group, offsets, generation))
 
     def commit_async(
         self,

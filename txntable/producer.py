@@ -333,15 +333,12 @@ class Producer:
                 )
                 self._txn_partitions.setdefault(table.name, set()).add(0)
             pid, epoch = self.producer_id, self.producer_epoch
-            with table._lock:
-                snap = table.snapshot(refresh=False)
-                table.log.commit(
-                    snap,
-                    lambda s: plan_offset_commit(
-                        s, meta.group_id, offsets, meta.generation_id, pid, epoch
-                    ),
-                    self.transactional_id,
-                )
+            table.commit(
+                lambda s: plan_offset_commit(
+                    s, meta.group_id, offsets, meta.generation_id, pid, epoch
+                ),
+                self.transactional_id,
+            )
         except TxnTableError as e:
             txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from txntable import config
 from txntable.actions import AppTxn
@@ -16,6 +17,7 @@ from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -124,14 +126,25 @@ class Table:
             Offsets assigned (duplicates get their original offsets) and the version.
         """
         marks = markers or []
+
+        def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
+            return plan_append(s, batches, marks, app_txn, now_ms())
+
+        plan, version = self.commit(build, transactional_id)
+        return plan.result, version
+
+    def commit(
+        self,
+        build: Callable[[TableSnapshot], CommitPlan[T]],
+        transactional_id: str | None = None,
+    ) -> tuple[CommitPlan[T], int]:
+        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`).
+
+        Optimistic: the attempt starts from the handle's snapshot without a refresh; a lost
+        race refreshes it and calls ``build`` again.
+        """
         with self._lock:
-            snap = self.snapshot(refresh=False)
-
-            def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
-                return plan_append(s, batches, marks, app_txn, now_ms())
-
-            plan, version = self.log.commit(snap, build, transactional_id)
-            return plan.result, version
+            return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
 
     def describe(self) -> TableDescription:
         """Per partition: log start offset, high watermark, LSO and open transactions."""
