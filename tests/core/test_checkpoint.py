@@ -263,3 +263,20 @@ def test_consumer_poll_reads_only_new_versions(recording_store: RecordingStore) 
         (10 + i, f"new-{i}".encode()) for i in range(4)
     ]
     assert table.snapshot().version == 16
+
+
+def test_checkpoint_spacing_keeps_amortised_cost_bounded() -> None:
+    from txntable.log import CHECKPOINT_ENTRIES_PER_VERSION, checkpoint_due
+
+    assert not checkpoint_due(0, 100, 0)
+    assert not checkpoint_due(100, 0, 0)  # interval 0 disables checkpoints
+    assert [v for v in range(1, 401) if checkpoint_due(v, 100, 5_000)] == [100, 200, 300, 400]
+    # 50,000 entries at interval 100: spacing doubles to 800 (50,000 <= 800 * 100).
+    due = [v for v in range(1, 3_201) if checkpoint_due(v, 100, 50_000)]
+    assert due == [800, 1_600, 2_400, 3_200]
+    # Whatever the size, entries re-encoded per version stay within twice the budget, and
+    # the tail a cold load replays is shorter than 2 * entries / budget versions.
+    for entries in (0, 1, 10_000, 123_456, 10_000_000):
+        spacing = next(v for v in range(1, 10**7) if checkpoint_due(v, 100, entries))
+        assert entries / spacing <= CHECKPOINT_ENTRIES_PER_VERSION
+        assert spacing <= max(100, 2 * entries / CHECKPOINT_ENTRIES_PER_VERSION)
