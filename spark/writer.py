@@ -236,7 +236,7 @@ class SegmentWriter:
         table = pa.concat_tables(parts).combine_chunks()
         data = encode_table(table)
         key = segment_key(self.table, partition, self.write_id)
-        self.store.put(key, data)
+        self.store.put_data_file(key, data)
         # Spark may call abort while tasks still run; abort writes its tombstone before it
         # lists the job's files, so a segment put after that listing is removed here.
         if self.store.head(abort_tombstone(self.table, self.write_id)) is not None:

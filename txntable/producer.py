@@ -641,7 +641,7 @@ class Producer:
             self._expiry_deadlines[tid] = deadline if deadline is not None else now
 
     def _put_segment(self, path: str, data: bytes) -> None:
-        self._retry(lambda: self.store.put(path, data))
+        self._retry(lambda: self.store.put_data_file(path, data))
 
     def _retry(self, fn: Callable[[], T]) -> T:
         """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.

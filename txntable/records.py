@@ -142,7 +142,7 @@ def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
         MissingSegmentError: If the segment object is gone.
     """
     try:
-        data = store.get(path).data
+        data = store.get_data_file(path)
     except ObjectNotFoundError:
         raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
     return decode_segment(data, path, expected_count)

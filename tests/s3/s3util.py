@@ -78,6 +78,14 @@ class RecordingStore(CountingStore):
         self._rec("PUT", key)
         return super().put(key, data)
 
+    def put_data_file(self, key: str, data: bytes) -> None:
+        self._rec("PUT", key)  # a segment: through pyarrow.fs.S3FileSystem, one PUT
+        super().put_data_file(key, data)
+
+    def get_data_file(self, key: str) -> bytes:
+        self._rec("GET", key)
+        return super().get_data_file(key)
+
     def put_if_absent(self, key: str, data: bytes) -> str:
         self._rec("CONDITIONAL_PUT", key)
         return super().put_if_absent(key, data)

@@ -489,3 +489,19 @@ def test_arrow_filesystem_for_local_and_memory(tmp_path: Any) -> None:
     with fs.open_input_stream(f"{base}/a/b.bin") as f:
         assert f.read() == b"xyz"
     assert arrow_filesystem(MemoryStore("arrowfs-test")) is None
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_data_files_go_through_pyarrow_s3_filesystem(s3_store: S3Store) -> None:
+    """Segments use pyarrow's S3 client (as Spark executors do); the bytes are the same."""
+    s3_store.put_data_file("t/data/0/seg.parquet", b"PAR1...PAR1")
+    assert s3_store.get("t/data/0/seg.parquet").data == b"PAR1...PAR1"  # boto3 sees it
+    assert s3_store.get_data_file("t/data/0/seg.parquet") == b"PAR1...PAR1"
+    assert s3_store._arrow_fs_cache is not None  # the pyarrow filesystem served both
+    with pytest.raises(ObjectNotFoundError):
+        s3_store.get_data_file("t/data/0/missing.parquet")
+    counting = CountingStore(s3_store)
+    counting.put_data_file("t/data/0/b.parquet", b"x")
+    assert counting.get_data_file("t/data/0/b.parquet") == b"x"
+    assert counting.snapshot()["PUT"] == 1 and counting.snapshot()["GET"] == 1

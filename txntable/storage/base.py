@@ -104,6 +104,21 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Delete an object; deleting a missing key is not an error."""
 
+    def put_data_file(self, key: str, data: bytes) -> None:
+        """Write an immutable data file (a Parquet segment); a plain put by default.
+
+        Object stores override this with their bulk-data path (S3: ``pyarrow.fs``).
+        """
+        self.put(key, data)
+
+    def get_data_file(self, key: str) -> bytes:
+        """Read an immutable data file; a plain get by default.
+
+        Raises:
+            ObjectNotFoundError: If it does not exist.
+        """
+        return self.get(key).data
+
     def list_children(self, prefix: str = "") -> Iterator[str]:
         """Names one level below ``prefix`` (a ``/``-terminated folder or ``""``), sorted.
 
@@ -159,6 +174,12 @@ class StoreWrapper(Store):
 
     def list_children(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_children(prefix)
+
+    def put_data_file(self, key: str, data: bytes) -> None:
+        self.inner.put_data_file(key, data)
+
+    def get_data_file(self, key: str) -> bytes:
+        return self.inner.get_data_file(key)
 
     def storage_options(self) -> dict[str, str]:
         return self.inner.storage_options()

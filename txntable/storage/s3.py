@@ -313,6 +313,8 @@ class S3Store(Store):
 
     __str__ = __repr__
 
+    _arrow_fs_cache: Any = None
+
     def __reduce__(self) -> tuple[Any, ...]:
         # boto3 clients do not pickle; reopen from url + options (e.g. in a Spark executor).
         return (S3Store, (self.url, self._options))
@@ -389,6 +391,41 @@ class S3Store(Store):
                 self._backoff(attempt)
                 continue
             return StoredObject(data, _strip_etag(response["ETag"]))
+
+    def put_data_file(self, key: str, data: bytes) -> None:
+        """Write a segment through ``pyarrow.fs.S3FileSystem`` (what Spark executors use)."""
+        path = self._arrow_path(key)
+        fs = self._arrow_fs()
+        try:
+            with fs.open_output_stream(path) as out:
+                out.write(data)
+        except OSError as exc:
+            # Plain puts are idempotent: a caller retrying a transient error is safe.
+            raise TransientStorageError(
+                f"PUT s3://{path}: {self._redact(str(exc))}"
+            ) from None
+
+    def get_data_file(self, key: str) -> bytes:
+        """Read a segment through ``pyarrow.fs.S3FileSystem``."""
+        path = self._arrow_path(key)
+        fs = self._arrow_fs()
+        try:
+            with fs.open_input_stream(path) as f:
+                data: bytes = f.read()
+            return data
+        except FileNotFoundError:
+            raise ObjectNotFoundError(key) from None
+        except OSError as exc:
+            raise TransientStorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
+
+    def _arrow_path(self, key: str) -> str:
+        return f"{self.bucket}/{self._full_key(key)}"
+
+    def _arrow_fs(self) -> Any:
+        # One filesystem per store: creating one sets up an AWS client.
+        if self._arrow_fs_cache is None:
+            self._arrow_fs_cache = self.arrow_filesystem()[0]
+        return self._arrow_fs_cache
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._full_key(key)

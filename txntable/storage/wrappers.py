@@ -62,6 +62,14 @@ class CountingStore(StoreWrapper):
         self._count("PUT")
         return self.inner.put(key, data)
 
+    def put_data_file(self, key: str, data: bytes) -> None:
+        self._count("PUT")
+        self.inner.put_data_file(key, data)
+
+    def get_data_file(self, key: str) -> bytes:
+        self._count("GET")
+        return self.inner.get_data_file(key)
+
     def put_if_absent(self, key: str, data: bytes) -> str:
         self._count("CONDITIONAL_PUT")
         return self.inner.put_if_absent(key, data)
@@ -186,6 +194,14 @@ class FaultInjectingStore(StoreWrapper):
 
     def put(self, key: str, data: bytes) -> str:
         return self._write("put", key, lambda: self.inner.put(key, data))
+
+    def put_data_file(self, key: str, data: bytes) -> None:
+        # A data file is a plain put as far as faults go.
+        def write() -> str:
+            self.inner.put_data_file(key, data)
+            return ""
+
+        self._write("put", key, write)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         return self._write("put_if_absent", key, lambda: self.inner.put_if_absent(key, data))
