@@ -122,6 +122,7 @@ class Producer:
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
         self._expiry_deadlines: dict[str, int] = {}
+        self._sender_error: Exception | None = None
         self._groups: dict[str, Table | None] = {}
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
@@ -400,6 +401,10 @@ class Producer:
         """
         if self._closed:
             raise IllegalStateError("cannot send after the producer is closed")
+        if self._sender_error is not None:
+            raise IllegalStateError(
+                f"producer sender failed: {self._sender_error!r}"
+            ) from self._sender_error
         if self.txn is not None:
             self.txn.require("send", _C.IN_TRANSACTION)
         for name, v in (("key", key), ("value", value)):
@@ -548,11 +553,16 @@ class Producer:
                             f.set_exception(e)
                 self._on_send_error(e)
             except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
+                # Unexpected (a bug or an unmapped library error): fail these futures and
+                # every later call, rather than let the sender thread die and sends hang.
+                _log.exception("producer sender failed")
                 for d in items:
                     for f in d.futures:
                         if not f.done():
                             f.set_exception(e)
-                raise
+                self._sender_error = e
+                if self.txn is not None:
+                    self.txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
 
     def _on_send_error(self, error: TxnTableError) -> None:
         if self.txn is not None:

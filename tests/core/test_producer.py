@@ -170,3 +170,20 @@ def test_transaction_spanning_flushes_and_tables(
     assert read_all(wh, "b", [0], "read_committed") == {0: [(0, b"b0")]}
     assert [d.high_watermark for d in wh.table("a").describe().partitions] == [2]
     assert [d.high_watermark for d in wh.table("b").describe().partitions] == [2]
+
+
+def test_an_unexpected_sender_failure_fails_futures_and_later_sends(
+    wh: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txntable.errors import IllegalStateError
+
+    wh.create_table("t", partitions=1)
+    p = Producer(wh, linger_ms=0)
+    monkeypatch.setattr(p, "_write_segments", lambda *a: 1 / 0)
+    future = p.send("t", value=b"v")
+    with pytest.raises(ZeroDivisionError):
+        future.result(timeout=10)
+    with pytest.raises(IllegalStateError, match="sender failed"):
+        p.send("t", value=b"w")
+    assert p._sender.is_alive()  # the thread did not die: close() still returns
+    p.close(timeout=10)
