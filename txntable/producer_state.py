@@ -111,6 +111,13 @@ def check_batch(
         InvalidProducerEpochError: The epoch is older than one the table has seen (fenced).
         OutOfOrderSequenceError: The sequence does not follow the last one.
     """
+    # As Kafka (UnifiedLog.analyzeAndValidateProducerState), a retry of a batch that is
+    # already in the log gets its original offsets even if the producer was fenced since:
+    # the batch did land, and saying otherwise would make the client count it as lost.
+    if entry is not None and first_seq != NO_SEQUENCE:
+        duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
+        if duplicate is not None:
+            return duplicate
     if epoch < table_epoch or (entry is not None and epoch < entry.epoch):
         raise InvalidProducerEpochError(
             f"producer {producer_id} epoch {epoch} is fenced by epoch "
@@ -118,10 +125,6 @@ def check_batch(
         )
     if first_seq == NO_SEQUENCE:
         return None
-    if entry is not None:
-        duplicate = entry.find_duplicate(epoch, first_seq, last_seq)
-        if duplicate is not None:
-            return duplicate
     current_epoch = entry.epoch if entry is not None else NO_PRODUCER_EPOCH
     current_last = entry.last_seq if entry is not None else NO_SEQUENCE
     if epoch != current_epoch or current_last == NO_SEQUENCE:

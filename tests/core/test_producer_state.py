@@ -88,9 +88,13 @@ def test_old_epoch_is_fenced(table_epoch: int, entry_epoch: int) -> None:
     with pytest.raises(InvalidProducerEpochError, match="epoch 2 is fenced by epoch 3") as info:
         check(entry, 2, 1, 1, table_epoch=table_epoch)
     assert isinstance(info.value, ProducerFencedError)
-    # Fencing wins even over an exact duplicate of a retained batch.
+    # As Kafka, the duplicate check comes first: the retry of a batch that landed gets its
+    # offsets back even after the producer was fenced; anything else from it is refused.
+    fenced_entry = entry_with((0, 1, 0), epoch=2)
+    duplicate = check(fenced_entry, 2, 0, 0, table_epoch=3)
+    assert duplicate is not None and duplicate.base_offset == 0
     with pytest.raises(InvalidProducerEpochError):
-        check(entry_with((0, 1, 0), epoch=2), 2, 0, 0, table_epoch=3)
+        check(fenced_entry, 2, 1, 1, table_epoch=3)
 
 
 def test_new_epoch_must_start_at_zero() -> None:
