@@ -1,6 +1,6 @@
 """The main demo: produce, abort, commit, and read back, on a local-disk warehouse.
 
-Run it with ``scripts/demo.sh [WAREHOUSE_DIR]``. It creates table ``orders`` with 2
+Run it with ``examples/run_demo.sh [WAREHOUSE_DIR]``. It creates table ``orders`` with 2
 partitions, writes one committed transaction, one aborted transaction and some idempotent
 (non-transactional) records, leaves one transaction open, and prints what each isolation
 level returns, with the high watermark (HW) and last stable offset (LSO) per partition.

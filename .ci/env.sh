@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sourced by scripts/test.sh and scripts/demo.sh: makes sure Java 17+ and a venv with every
+# Sourced by tests/run.sh and examples/run_demo.sh: makes sure Java 17+ and a venv with every
 # dependency exist, then activates the venv. The venv is cached outside the checkout, keyed by
 # a hash of pyproject.toml, because pyspark is a 456 MB source package that is slow to build.
 set -euo pipefail
