@@ -8,7 +8,6 @@ level returns, with the high watermark (HW) and last stable offset (LSO) per par
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -84,8 +83,9 @@ def print_offsets(wh: Warehouse) -> None:
 
 
 def main() -> None:
+    # Never delete anything: a directory given on the command line may hold other data; a
+    # second run there stops at create_table with TableExistsError.
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()) / "lake"
-    shutil.rmtree(root, ignore_errors=True)
     run_scenario(Warehouse(root.resolve().as_uri()))
 
 
