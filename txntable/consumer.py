@@ -90,6 +90,7 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._segments: OrderedDict[str, pa.Table] = OrderedDict()
         self._closed = False
+        self._next_start = 0
         self.group_id = group_id
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval_ms = auto_commit_interval_ms
@@ -209,7 +210,12 @@ class Consumer:
                 self._table(table).snapshot(refresh=True)
             out: dict[TopicPartition, list[ConsumerRecord]] = {}
             remaining = limit
-            for tp in self._assignment:
+            # Start each poll one partition further (Kafka rotates fetch order too), so a
+            # busy partition cannot starve the others when max_records is reached.
+            n = len(self._assignment)
+            start = self._next_start % n if n else 0
+            self._next_start = start + 1
+            for tp in self._assignment[start:] + self._assignment[:start]:
                 if remaining <= 0:
                     break
                 records = self._fetch(tp, remaining)

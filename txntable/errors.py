@@ -175,3 +175,7 @@ class InvalidConfigurationError(TxnTableError, ValueError):
 
 class InvalidOffsetError(TxnTableError, ValueError):
     """An offset given by the caller is negative or otherwise not a valid position."""
+
+
+class SerializationError(TxnTableError, TypeError):
+    """A record's key, value, headers or timestamp is not of the accepted type (bytes)."""

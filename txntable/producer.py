@@ -30,6 +30,7 @@ from txntable.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
     RecordTooLargeError,
+    SerializationError,
     TransientStorageError,
     TxnTableError,
 )
@@ -51,6 +52,43 @@ from txntable.warehouse import Warehouse
 _C = ClientTxnState
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
+
+
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _make_record(
+    key: object, value: object, headers: Sequence[Header] | None, timestamp: object
+) -> ProducerRecord:
+    """Validate what ``send`` was given (Kafka's serializers would) and build the record.
+
+    Raises:
+        SerializationError: A key, value or header value that is not bytes (or None), a
+            header key that is not a string, or a timestamp that is not a non-negative int.
+    """
+    def as_bytes(name: str, v: object) -> bytes | None:
+        if v is None:
+            return None
+        if not isinstance(v, _BYTES):
+            raise SerializationError(f"{name} must be bytes or None, not {type(v).__name__}")
+        return bytes(v)
+
+    key_bytes, value_bytes = as_bytes("key", key), as_bytes("value", value)
+    pairs: list[tuple[str, bytes | None]] = []
+    for item in headers or ():
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise SerializationError(f"a header must be a (key, value) pair, not {item!r:.80}")
+        hk, hv = item
+        if not isinstance(hk, str):
+            raise SerializationError(f"a header key must be a str, not {type(hk).__name__}")
+        pairs.append((hk, as_bytes(f"header {hk!r}", hv)))
+    if timestamp is not None and (
+        not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0
+    ):
+        raise SerializationError("timestamp must be a non-negative int of milliseconds")
+    return ProducerRecord(
+        key_bytes, value_bytes, tuple(pairs), now_ms() if timestamp is None else timestamp
+    )
 
 
 @dataclass
@@ -407,15 +445,7 @@ class Producer:
             ) from self._sender_error
         if self.txn is not None:
             self.txn.require("send", _C.IN_TRANSACTION)
-        for name, v in (("key", key), ("value", value)):
-            if v is not None and not isinstance(v, bytes | bytearray | memoryview):
-                raise TypeError(f"{name} must be bytes or None, not {type(v).__name__}")
-        record = ProducerRecord(
-            None if key is None else bytes(key),
-            None if value is None else bytes(value),
-            tuple((str(k), None if v is None else bytes(v)) for k, v in headers or ()),
-            now_ms() if timestamp is None else int(timestamp),
-        )
+        record = _make_record(key, value, headers, timestamp)
         size = record.size_in_bytes()
         if size > self.max_request_size or size > self.buffer_memory:
             raise RecordTooLargeError(

@@ -270,3 +270,28 @@ def test_a_damaged_version_never_leaves_a_torn_snapshot(tmp_path) -> None:  # no
     with pytest.raises(CorruptLogError):
         snap.apply(1, [good])
     assert table.log.load(version=0).partition(0).log_end_offset == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"value": "text"},
+        {"value": b"v", "key": 7},
+        {"value": b"v", "headers": [("h", "not bytes")]},
+        {"value": b"v", "headers": [(1, b"x")]},
+        {"value": b"v", "headers": ["h"]},
+        {"value": b"v", "timestamp": -1},
+        {"value": b"v", "timestamp": 1.5},
+    ],
+)
+def test_send_rejects_values_a_serializer_would(tmp_path, kwargs) -> None:  # noqa: ANN001
+    from txntable import Producer, Warehouse
+    from txntable.errors import SerializationError
+
+    wh = Warehouse(tmp_path.as_uri())
+    wh.create_table("t")
+    with Producer(wh) as p:
+        with pytest.raises(SerializationError):
+            p.send("t", **kwargs)
+        p.send("t", value=b"ok", headers=[("h", None), ("g", bytearray(b"x"))]).result()
+    assert wh.table("t").describe().partitions[0].high_watermark == 1

@@ -195,3 +195,18 @@ def test_assignment_errors(wh: Warehouse) -> None:
     c.close()
     with pytest.raises(IllegalStateError):
         c.poll(timeout_ms=0)
+
+
+def test_poll_rotates_partitions_so_none_starves(wh: Warehouse) -> None:
+    from txntable import Consumer, Producer, TopicPartition
+
+    wh.create_table("r", partitions=3)
+    with Producer(wh) as p:
+        for part in range(3):
+            for i in range(10):
+                p.send("r", value=b"%d-%d" % (part, i), partition=part)
+    c = Consumer(wh, auto_offset_reset="earliest")
+    tps = [TopicPartition("r", part) for part in range(3)]
+    c.assign(tps)
+    firsts = [next(iter(c.poll(max_records=2))) for _ in range(3)]
+    assert sorted(tp.partition for tp in firsts) == [0, 1, 2]
