@@ -21,6 +21,7 @@ from txntable.aborted import classify_entries
 from txntable.actions import Batch
 from txntable.errors import (
     IllegalStateError,
+    InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
     UnstableOffsetCommitError,
@@ -77,9 +78,11 @@ class Consumer:
         unstable_offset_timeout_ms: int = 0,
     ) -> None:
         if isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
-            raise ValueError(f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
+            raise InvalidConfigurationError(
+                f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}"
+            )
         if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise ValueError("auto_offset_reset must be earliest, latest or none")
+            raise InvalidConfigurationError("auto_offset_reset must be earliest, latest or none")
         self.warehouse = warehouse
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset

@@ -25,6 +25,7 @@ from txntable.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
+    InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
     OutOfOrderSequenceError,
@@ -138,7 +139,7 @@ class Producer:
         delivery_timeout_ms: int = 120_000,
     ) -> None:
         if transactional_id is not None and not enable_idempotence:
-            raise ValueError("transactions need enable_idempotence=True")
+            raise InvalidConfigurationError("transactions need enable_idempotence=True")
         self.warehouse = warehouse
         self.store = warehouse.store
         self.transactional_id = transactional_id

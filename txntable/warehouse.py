@@ -49,7 +49,7 @@ class Warehouse:
     ) -> None:
         if store is None:
             if url is None:
-                raise ValueError("Warehouse needs a url or a store")
+                raise InvalidConfigurationError("Warehouse needs a url or a store")
             from txntable.storage import open_store
 
             store = open_store(url, dict(storage_options or {}))

@@ -40,6 +40,7 @@ from botocore.exceptions import (
 )
 
 from txntable.errors import (
+    InvalidConfigurationError,
     InvalidPathError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -183,16 +184,16 @@ def _parse_bool(name: str, value: str) -> bool:
         return True
     if lowered in ("false", "0", "no", ""):
         return False
-    raise ValueError(f"storage option {name} must be true or false")
+    raise InvalidConfigurationError(f"storage option {name} must be true or false")
 
 
 def _parse_number(name: str, value: str, minimum: float) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise ValueError(f"storage option {name} must be a number") from None
+        raise InvalidConfigurationError(f"storage option {name} must be a number") from None
     if number < minimum:
-        raise ValueError(f"storage option {name} must be >= {minimum}")
+        raise InvalidConfigurationError(f"storage option {name} must be >= {minimum}")
     return number
 
 
@@ -225,7 +226,9 @@ class S3Store(Store):
         self._region = opts.get(S3_REGION) or None
         style = opts.get(S3_ADDRESSING_STYLE, S3_ADDRESSING_STYLE_DEFAULT).strip().lower()
         if style not in ("path", "virtual", "auto"):
-            raise ValueError(f"storage option {S3_ADDRESSING_STYLE} must be path, virtual or auto")
+            raise InvalidConfigurationError(
+                f"storage option {S3_ADDRESSING_STYLE} must be path, virtual or auto"
+            )
         self._addressing_style = style
         self._max_attempts = int(
             _parse_number(S3_MAX_ATTEMPTS, opts.get(S3_MAX_ATTEMPTS, S3_MAX_ATTEMPTS_DEFAULT), 1)
