@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from txntable import config
-from txntable.actions import AppTxn
+from txntable.actions import Action, AppTxn, LogStart
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
-from txntable.errors import InvalidConfigurationError
+from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
@@ -61,6 +61,26 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
             f"{config.CHECKPOINT_INTERVAL} must be a non-negative integer, got {raw!r}"
         )
     return int(raw)
+
+
+def plan_delete_records(
+    snap: TableSnapshot, offsets: Mapping[int, int]
+) -> CommitPlan[dict[int, int]]:
+    """Pure planning of :meth:`Table.delete_records`: ``logStart`` actions and low watermarks."""
+    actions: list[Action] = []
+    result: dict[int, int] = {}
+    for partition, requested in sorted(offsets.items()):
+        part = snap.partition(partition)
+        offset = part.high_watermark if requested == -1 else requested
+        if not isinstance(offset, int) or not 0 <= offset <= part.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{snap.metadata.name if snap.metadata else '?'}-{partition}: cannot delete "
+                f"records below {requested}: high watermark is {part.high_watermark}"
+            )
+        if offset > part.log_start_offset:
+            actions.append(LogStart(partition, offset))
+        result[partition] = max(offset, part.log_start_offset)
+    return CommitPlan(actions, result, "DELETE RECORDS")
 
 
 class Table:
@@ -145,6 +165,30 @@ class Table:
         """
         with self._lock:
             return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
+
+    def delete_records(self, offsets: Mapping[int, int]) -> dict[int, int]:
+        """Kafka's DeleteRecords: move partitions' log start offsets forward.
+
+        Records below the new log start offset are no longer returned to readers
+        (consumers reset per ``auto_offset_reset``; ``seek_to_beginning`` starts there).
+        Segments are not deleted from storage.
+
+        Args:
+            offsets: Partition → new log start offset; ``-1`` means the high watermark.
+
+        Returns:
+            Partition → log start offset after the call (Kafka's low watermark).
+
+        Raises:
+            OffsetOutOfRangeError: An offset is above the partition's high watermark.
+            UnknownTopicOrPartitionError: A partition does not exist.
+        """
+
+        def build(s: TableSnapshot) -> CommitPlan[dict[int, int]]:
+            return plan_delete_records(s, offsets)
+
+        plan, _ = self.commit(build)
+        return plan.result
 
     def describe(self) -> TableDescription:
         """Per partition: log start offset, high watermark, LSO and open transactions."""

@@ -210,3 +210,26 @@ def test_poll_rotates_partitions_so_none_starves(wh: Warehouse) -> None:
     c.assign(tps)
     firsts = [next(iter(c.poll(max_records=2))) for _ in range(3)]
     assert sorted(tp.partition for tp in firsts) == [0, 1, 2]
+
+
+def test_delete_records_moves_the_log_start_offset(wh: Warehouse) -> None:
+    from txntable import Consumer, Producer, TopicPartition
+    from txntable.errors import OffsetOutOfRangeError
+
+    wh.create_table("d", partitions=2)
+    with Producer(wh) as p:
+        for i in range(6):
+            p.send("d", value=b"%d" % i, partition=0)
+    table = wh.table("d")
+    with pytest.raises(OffsetOutOfRangeError):
+        table.delete_records({0: 7})
+    assert table.delete_records({0: 4, 1: -1}) == {0: 4, 1: 0}
+    assert table.delete_records({0: 2}) == {0: 4}  # never moves backwards
+    assert [p.log_start_offset for p in table.describe().partitions] == [4, 0]
+    tp = TopicPartition("d", 0)
+    c = Consumer(wh, auto_offset_reset="earliest")
+    c.assign([tp])
+    c.seek(tp, 1)  # below the log start: reset to earliest = 4
+    assert [(r.offset, r.value) for r in c.poll(max_records=10)[tp]] == [(4, b"4"), (5, b"5")]
+    c.seek_to_beginning()
+    assert c.position(tp) == 4
