@@ -65,6 +65,7 @@ from txntable.records import SEGMENT_SCHEMA
 from txntable.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
+from txntable.vacuum import new_segment_name
 
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store
@@ -269,7 +270,8 @@ def abort_tombstone(table: str, write_id: str) -> str:
 
 def segment_key(table: str, partition: int, write_id: str) -> str:
     """A new segment key; the write id prefix lets abort find every file of the job."""
-    return f"{table}/data/{partition}/{write_id}-{uuid.uuid4().hex}.parquet"
+    # The name carries its creation time, so vacuum can date it without storage metadata.
+    return f"{table}/data/{partition}/{new_segment_name(write_id + '-')}"
 
 
 def write_task(

@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("table")
     p = sub.add_parser("recover", help="finish prepared and abort timed-out transactions")
     p.add_argument("warehouse")
+    p = sub.add_parser("vacuum", help="delete a table's unreferenced old segment files")
+    p.add_argument("warehouse")
+    p.add_argument("table")
+    p.add_argument("--retention-hours", type=float, default=168.0)
+    p.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     try:
         wh = Warehouse(args.warehouse, storage_options=_options(args.option))
@@ -40,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(wh.list_tables()))
         elif args.command == "describe":
             print(json.dumps(asdict(wh.table(args.table).describe()), indent=2))
+        elif args.command == "vacuum":
+            retention_ms = int(args.retention_hours * 3600 * 1000)
+            vacuumed = wh.table(args.table).vacuum(retention_ms, dry_run=args.dry_run)
+            print(json.dumps(asdict(vacuumed), indent=2))
         else:
             report = wh.recover()
             print(json.dumps(asdict(report), indent=2))

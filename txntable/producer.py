@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartit
 from txntable.recovery import abort_if_expired
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
+from txntable.vacuum import new_segment_name
 from txntable.warehouse import Warehouse
 
 _C = ClientTxnState
@@ -614,7 +614,7 @@ class Producer:
             if self.enable_idempotence:
                 seq = self._sequences.get(d.tp, 0)
                 self._sequences[d.tp] = (seq + len(d.records)) % (2**31)
-            path = table.segment_key(d.tp.partition, f"{uuid.uuid4().hex}.parquet")
+            path = table.segment_key(d.tp.partition, new_segment_name())
             data = encode_segment(d.records)
             self._put_segment(path, data)
             stamps = [r.timestamp for r in d.records]

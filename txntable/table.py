@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from txntable import config
 from txntable.actions import Action, AppTxn, LogStart
@@ -15,6 +15,9 @@ from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
+
+if TYPE_CHECKING:
+    from txntable.vacuum import VacuumReport
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -189,6 +192,15 @@ class Table:
 
         plan, _ = self.commit(build)
         return plan.result
+
+    def vacuum(self, retention_ms: int | None = None, dry_run: bool = False) -> VacuumReport:
+        """Delete unreferenced segment files older than ``retention_ms`` (Delta's VACUUM).
+
+        See :mod:`txntable.vacuum` (default retention: a week).
+        """
+        from txntable.vacuum import RETENTION_MS_DEFAULT, vacuum
+
+        return vacuum(self, RETENTION_MS_DEFAULT if retention_ms is None else retention_ms, dry_run)
 
     def describe(self) -> TableDescription:
         """Per partition: log start offset, high watermark, LSO and open transactions."""

@@ -1,0 +1,100 @@
+"""Deleting segment files no version references (Delta's VACUUM).
+
+A segment becomes garbage when the append that wrote it never committed: a producer that
+crashed or gave up between the PUT and the log commit, an aborted Spark task. Such a file
+can still be committed for a while — a producer retries until ``delivery_timeout_ms``, a
+Spark job commits when its last task ends, and a short-path transaction's PrepareCommit names
+its segments until someone completes it — so only files older than a retention period, and
+named by no coordinator intent, are deleted. A file's age comes from its name
+(:func:`new_segment_name`), never from storage metadata; a file whose name carries no
+time is never deleted.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from txntable.actions import Batch
+from txntable.coordinator import COORDINATOR_DIR, TransactionCoordinator, TxnState
+from txntable.errors import InvalidConfigurationError
+from txntable.log import now_ms
+from txntable.table import Table
+
+#: Delta's default: a week, far beyond any delivery timeout or Spark job.
+RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000
+#: Below this, a slow writer's not-yet-committed segment could be deleted.
+RETENTION_MS_MIN = 3600 * 1000
+
+_DATED = re.compile(r"(?:^|-)(\d{13})-[0-9a-f]{32}\.parquet$")
+
+
+def new_segment_name(prefix: str = "") -> str:
+    """A unique segment file name that records its creation time: ``<prefix><ms>-<uuid>``."""
+    return f"{prefix}{now_ms():013d}-{uuid.uuid4().hex}.parquet"
+
+
+def segment_created_ms(name: str) -> int | None:
+    """Creation time encoded by :func:`new_segment_name`, or ``None`` for other names."""
+    match = _DATED.search(name.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None
+
+
+@dataclass
+class VacuumReport:
+    """What ``vacuum`` deleted (or would delete, in a dry run) and what it could not date."""
+
+    deleted: list[str] = field(default_factory=list)
+    undated: list[str] = field(default_factory=list)
+    referenced: int = 0
+
+
+def vacuum(
+    table: Table,
+    retention_ms: int = RETENTION_MS_DEFAULT,
+    dry_run: bool = False,
+    now: int | None = None,
+) -> VacuumReport:
+    """Delete ``table``'s unreferenced segment files older than ``retention_ms``.
+
+    Raises:
+        InvalidConfigurationError: ``retention_ms`` is below one hour.
+    """
+    if retention_ms < RETENTION_MS_MIN:
+        raise InvalidConfigurationError(
+            f"retention_ms {retention_ms} is below {RETENTION_MS_MIN}: a writer still "
+            "retrying could lose a segment it is about to commit"
+        )
+    clock = now_ms() if now is None else now
+    snap = table.snapshot()
+    referenced = {
+        e.path for part in snap.partitions for e in part.entries if isinstance(e, Batch)
+    }
+    referenced |= _intent_paths(table)
+    report = VacuumReport(referenced=len(referenced))
+    for key in table.store.list(f"{table.name}/data/"):
+        if key in referenced:
+            continue
+        created = segment_created_ms(key)
+        if created is None:
+            report.undated.append(key)
+        elif clock - created > retention_ms:
+            report.deleted.append(key)
+            if not dry_run:
+                table.store.delete(key)
+    return report
+
+
+def _intent_paths(table: Table) -> set[str]:
+    """Segments named by prepared short-path transactions (recovery will commit them)."""
+    coordinator = TransactionCoordinator(table.store)
+    prefix = f"{COORDINATOR_DIR}/txn/"
+    paths: set[str] = set()
+    for key in table.store.list(prefix):
+        if not key.endswith(".json"):
+            continue
+        loaded = coordinator.load(key[len(prefix) : -len(".json")])
+        if loaded is not None and loaded[0].state is TxnState.PREPARE_COMMIT:
+            paths.update(b.path for b in loaded[0].intent.get(table.name, ()))
+    return paths
