@@ -513,9 +513,20 @@ class Producer:
             self._cond.notify_all()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush what is buffered and stop the sender."""
+        """Abort an incomplete transaction, flush what is buffered and stop the sender.
+
+        As Kafka's producer does on a graceful close ("Aborting incomplete transaction due
+        to shutdown"), so a closed producer never leaves a transaction pinning the LSO
+        until its timeout.
+        """
         if self._closed:
             return
+        if self.txn is not None and self.txn.state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR):
+            try:
+                self.abort_transaction()
+            except ProducerFencedError as e:
+                # A newer instance owns the id and has aborted this transaction already.
+                _log.info("not aborting on close: %s", e)
         self.flush()
         with self._cond:
             self._closed = True

@@ -187,3 +187,19 @@ def test_an_unexpected_sender_failure_fails_futures_and_later_sends(
         p.send("t", value=b"w")
     assert p._sender.is_alive()  # the thread did not die: close() still returns
     p.close(timeout=10)
+
+
+def test_close_aborts_an_incomplete_transaction(wh: Warehouse) -> None:
+    wh.create_table("c", partitions=1)
+    p = Producer(wh, transactional_id="closing")
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("c", value=b"flushed", partition=0)
+    p.flush()
+    p.send("c", value=b"buffered", partition=0)
+    p.close()
+    part = wh.table("c").describe().partitions[0]
+    assert part.open_transactions == () and part.last_stable_offset == part.high_watermark == 2
+    c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
+    c.assign([TopicPartition("c", 0)])
+    assert c.poll(timeout_ms=0) == {}
