@@ -12,7 +12,7 @@ from txnutil import assert_no_open_transactions, markers_by_partition, read_all
 from txntable import Producer, Warehouse
 from txntable import coordinator as coordinator_module
 from txntable.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnState
-from txntable.errors import ProducerFencedError
+from txntable.errors import PreconditionFailedError, ProducerFencedError
 from txntable.log import now_ms
 
 TID = "stall"
@@ -222,10 +222,10 @@ def test_stale_completer_does_not_commit_the_next_transaction(table: Warehouse) 
     p.begin_transaction()
     p.send("t", value=b"t2-aborted", partition=0)
     p.flush()
-    try:
-        recoverer.complete(*stale[0])  # the slow recoverer finally runs
-    except Exception:  # noqa: BLE001, S110 - losing the final CAS is expected
-        pass
+    # The slow recoverer finally runs: its COMMIT marker of t1 (old epoch) is refused by the
+    # table now that t2 wrote under the next epoch, and it reports that it lost the race.
+    with pytest.raises(PreconditionFailedError):
+        recoverer.complete(*stale[0])
     p.abort_transaction()
     assert read_all(table, ["t"]) == [b"t1"]
 
