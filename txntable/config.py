@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 # Log
-COMMIT_MAX_ATTEMPTS = "commit.max.attempts"
 COMMIT_MAX_ATTEMPTS_DEFAULT = 50
-COMMIT_BACKOFF_MS = "commit.backoff.ms"
 COMMIT_BACKOFF_MS_DEFAULT = 5
-COMMIT_BACKOFF_MAX_MS = "commit.backoff.max.ms"
 COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 CHECKPOINT_INTERVAL = "checkpoint.interval"
 CHECKPOINT_INTERVAL_DEFAULT = 100

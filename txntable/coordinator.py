@@ -302,8 +302,6 @@ class ProducerIdAllocator:
         return start
 
 
-MarkerWriter = Callable[[str, tuple[int, ...], int, int, str], None]
-
 
 class TransactionCoordinator:
     """CAS transitions of coordinator objects, and completion of prepared transactions."""

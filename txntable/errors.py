@@ -107,20 +107,8 @@ class OutOfOrderSequenceError(TxnTableError):
     """A batch's sequence number does not follow the last one the log holds for the producer."""
 
 
-class DuplicateSequenceError(TxnTableError):
-    """A batch repeats a sequence the log holds but not one of the last five batches."""
-
-
 class InvalidTxnStateError(TxnTableError):
     """The call is not legal in the producer's or coordinator's current transaction state."""
-
-
-class TransactionAbortedError(TxnTableError):
-    """The transaction was aborted (by timeout or recovery) before it could commit."""
-
-
-class InvalidPidMappingError(TxnTableError):
-    """The coordinator has no producer id for this transactional id."""
 
 
 class RecordTooLargeError(TxnTableError):
@@ -133,10 +121,6 @@ class BufferExhaustedError(TxnTableError):
 
 class KafkaTimeoutError(TxnTableError):
     """An operation did not finish within its time limit."""
-
-
-class TransactionTimeoutError(TransactionAbortedError):
-    """The transaction ran past ``transaction_timeout_ms`` and was aborted."""
 
 
 class IllegalStateError(TxnTableError):

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from txntable import config
@@ -63,7 +63,6 @@ class CommitStats:
     conflicts: int = 0
     ambiguous: int = 0
     commits: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 #: Amortised budget of a commit: entries a checkpoint may re-encode per committed version.

@@ -26,9 +26,6 @@ from txntable.recovery import RecoveryReport, recover
 from txntable.storage.base import Store
 from txntable.table import Table, checkpoint_interval
 
-COORDINATOR_DIR = "_coordinator"
-GROUPS_DIR = "_groups"
-
 
 class Warehouse:
     """A warehouse of tables at ``url``.
