@@ -19,7 +19,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -322,6 +322,13 @@ class TransactionCoordinator:
     def key(transactional_id: str) -> str:
         """Key of the coordinator object of ``transactional_id``."""
         return f"{COORDINATOR_DIR}/txn/{validate_id('transactional id', transactional_id)}.json"
+
+    def transactional_ids(self) -> Iterator[str]:
+        """Every transactional id with a coordinator object (one LIST; maintenance only)."""
+        prefix = f"{COORDINATOR_DIR}/txn/"
+        for key in self.store.list(prefix):
+            if key.endswith(".json"):
+                yield key[len(prefix) : -len(".json")]
 
     def load(self, transactional_id: str) -> tuple[TxnMetadata, str] | None:
         """The current object and its etag, or ``None`` if there is none."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from txntable.coordinator import COORDINATOR_DIR, TransactionCoordinator, TxnMetadata, TxnState
+from txntable.coordinator import TransactionCoordinator, TxnMetadata, TxnState
 from txntable.errors import PreconditionFailedError, TxnTableError
 from txntable.log import now_ms
 from txntable.storage.base import Store
@@ -77,11 +77,7 @@ def recover(
     coordinator = coordinator or TransactionCoordinator(store)
     clock = now_ms() if now is None else now
     report = RecoveryReport()
-    prefix = f"{COORDINATOR_DIR}/txn/"
-    for key in store.list(prefix):
-        if not key.endswith(".json"):
-            continue
-        tid = key[len(prefix) : -len(".json")]
+    for tid in coordinator.transactional_ids():
         try:
             loaded = coordinator.load(tid)
             if loaded is None:

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from txntable.actions import Batch
-from txntable.coordinator import COORDINATOR_DIR, TransactionCoordinator, TxnState
+from txntable.coordinator import TransactionCoordinator, TxnState
 from txntable.errors import InvalidConfigurationError
 from txntable.log import now_ms
 from txntable.table import Table
@@ -89,12 +89,9 @@ def vacuum(
 def _intent_paths(table: Table) -> set[str]:
     """Segments named by prepared short-path transactions (recovery will commit them)."""
     coordinator = TransactionCoordinator(table.store)
-    prefix = f"{COORDINATOR_DIR}/txn/"
     paths: set[str] = set()
-    for key in table.store.list(prefix):
-        if not key.endswith(".json"):
-            continue
-        loaded = coordinator.load(key[len(prefix) : -len(".json")])
+    for tid in coordinator.transactional_ids():
+        loaded = coordinator.load(tid)
         if loaded is not None and loaded[0].state is TxnState.PREPARE_COMMIT:
             paths.update(b.path for b in loaded[0].intent.get(table.name, ()))
     return paths
