@@ -17,7 +17,7 @@ import abc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from txntable.errors import InvalidPathError
+from txntable.errors import InvalidPathError, ObjectNotFoundError
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,17 @@ class Store(abc.ABC):
             ObjectNotFoundError: If the key does not exist.
         """
 
-    @abc.abstractmethod
     def head(self, key: str) -> ObjectInfo | None:
-        """Return the object's metadata, or ``None`` if it does not exist."""
+        """Return the object's metadata, or ``None`` if it does not exist.
+
+        The default reads the object (stores whose etag is a hash of the bytes have nothing
+        cheaper); backends with a metadata request override it.
+        """
+        try:
+            obj = self.get(key)
+        except ObjectNotFoundError:
+            return None
+        return ObjectInfo(key, obj.etag, len(obj.data))
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> str:

@@ -26,7 +26,7 @@ from txntable.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from txntable.storage.base import ObjectInfo, Store, StoredObject, validate_key
+from txntable.storage.base import Store, StoredObject, validate_key
 
 
 def _etag(data: bytes) -> str:
@@ -74,13 +74,6 @@ class FsspecStore(Store):
         except (FileNotFoundError, IsADirectoryError):
             raise ObjectNotFoundError(key) from None
         return StoredObject(data, _etag(data))
-
-    def head(self, key: str) -> ObjectInfo | None:
-        try:
-            obj = self.get(key)
-        except ObjectNotFoundError:
-            return None
-        return ObjectInfo(key, obj.etag, len(obj.data))
 
     def _makedirs(self, path: str) -> None:
         parent = path.rpartition("/")[0]

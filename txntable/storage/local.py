@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from txntable.errors import ObjectExistsError, ObjectNotFoundError, PreconditionFailedError
-from txntable.storage.base import ObjectInfo, Store, StoredObject, validate_key
+from txntable.storage.base import Store, StoredObject, validate_key
 
 _LOCK_SUFFIX = ".lock"
 _TMP_PREFIX = ".tmp-"
@@ -72,12 +72,11 @@ class LocalStore(Store):
             raise ObjectNotFoundError(key) from None
         return StoredObject(data, _etag(data))
 
-    def head(self, key: str) -> ObjectInfo | None:
+    def exists(self, key: str) -> bool:
         try:
-            obj = self.get(key)
-        except ObjectNotFoundError:
-            return None
-        return ObjectInfo(key, obj.etag, len(obj.data))
+            return os.path.isfile(self._path(key))  # no need to read (and hash) the bytes
+        except ObjectNotFoundError:  # a symlink leading out of the root
+            return False
 
     def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
