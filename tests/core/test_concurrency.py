@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import pathlib
-import queue
 from typing import Any
 
 import pytest
+from procutil import run_workers
 
 from core.helpers import read_all
 from txntable import Producer, Warehouse
@@ -47,23 +46,8 @@ def produce(url: str, worker: int, barrier: Any, results: Any) -> None:
 def test_processes_append_exactly_once(tmp_path: pathlib.Path) -> None:
     url = f"file://{tmp_path}/lake"
     Warehouse(url).create_table("t", partitions=PARTITIONS)
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=produce, args=(url, w, barrier, results)) for w in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    reports = []
-    try:
-        for _ in procs:
-            reports.append(results.get(timeout=90))
-    except queue.Empty:
-        pytest.fail(f"only {len(reports)} of {PROCESSES} producer processes reported")
-    finally:
-        for p in procs:
-            p.join(timeout=30)
+    reports = run_workers(produce, [(url, w) for w in range(PROCESSES)])
     assert [err for _, _, _, err in reports if err] == []
-    assert all(p.exitcode == 0 for p in procs)
 
     acked: dict[bytes, tuple[int, int]] = {}
     commits = conflicts = 0

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
 import time
 from collections import Counter
 
 import pytest
 import s3_workers
+from procutil import run_workers
 from s3util import S3Location, drain
 
 from txntable import Warehouse
@@ -29,13 +28,11 @@ def test_producer_processes_get_exact_dense_offsets(s3_location: S3Location) -> 
     wh = Warehouse(s3_location.url, storage_options=s3_location.options)
     wh.create_table("events", partitions=PARTITIONS)
 
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=s3_workers.produce,
-            args=(
+    started = time.monotonic()
+    reports = run_workers(
+        s3_workers.produce,
+        [
+            (
                 s3_location.url,
                 s3_location.options,
                 w,
@@ -43,27 +40,10 @@ def test_producer_processes_get_exact_dense_offsets(s3_location: S3Location) -> 
                 PRODUCER_OPTIONS,
                 SYNC_EVERY,
                 PARTITIONS,
-                barrier,
-                results,
-            ),
-            daemon=True,
-        )
-        for w in range(PROCESSES)
-    ]
-    started = time.monotonic()
-    for proc in procs:
-        proc.start()
-    reports = []
-    try:
-        for _ in procs:
-            reports.append(results.get(timeout=90))
-    except queue.Empty:
-        pytest.fail(f"only {len(reports)} of {PROCESSES} producer processes reported")
-    finally:
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
+            )
+            for w in range(PROCESSES)
+        ],
+    )
     elapsed = time.monotonic() - started
     errors = [r for r in reports if r[0] != "ok"]
     assert not errors, "\n".join(r[2] for r in errors)
