@@ -690,7 +690,10 @@ class Producer:
                 # transaction would be wrong. recover() reports such failures.
                 _log.warning("could not expire the transaction of %s: %s", tid, e)
                 deadline = now + self.transaction_timeout_ms
-            self._expiry_deadlines[tid] = deadline if deadline is not None else now
+            # None: aborted now, or not Ongoing at the coordinator (its markers are still on
+            # their way). Either way look again only after a while, never on every flush.
+            recheck = now + max(1000, self.transaction_timeout_ms // 10)
+            self._expiry_deadlines[tid] = recheck if deadline is None else deadline
 
     def _put_segment(self, path: str, data: bytes) -> None:
         self._retry(lambda: self.store.put_data_file(path, data))

@@ -261,3 +261,28 @@ def test_another_producers_commit_aborts_the_timed_out_transaction(
     with pytest.raises(ProducerFencedError):
         a.commit_transaction()
     other.close()
+
+
+def test_an_open_transaction_costs_other_writers_one_lookup_per_deadline(
+    table: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The expiry check is off the hot path: one coordinator read, then not before the
+    transaction's deadline, however many flushes the other writer makes."""
+    import txntable.producer as producer_module
+
+    a = stalled_producer(table, timeout_ms=60_000)
+    calls: list[str] = []
+    real = producer_module.abort_if_expired
+
+    def counting(coordinator, tid, now):  # type: ignore[no-untyped-def]
+        calls.append(tid)
+        return real(coordinator, tid, now)
+
+    monkeypatch.setattr(producer_module, "abort_if_expired", counting)
+    b = Producer(Warehouse(table.url), linger_ms=0)
+    for i in range(20):
+        b.send("t", value=b"b%d" % i, partition=0).result()
+    assert calls == [TID]
+    assert meta_of(table)[0].state is TxnState.ONGOING
+    b.close()
+    a.abort_transaction()
