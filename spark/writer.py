@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import random
 import uuid
 from collections.abc import Iterable, Iterator
@@ -57,6 +58,7 @@ from txntable.errors import (
     IllegalStateError,
     InvalidConfigurationError,
     SchemaMismatchError,
+    TxnTableError,
     UnknownTopicOrPartitionError,
 )
 from txntable.log import CommitPlan, now_ms
@@ -81,6 +83,9 @@ __all__ = [
 _SEG_HEADERS = SEGMENT_SCHEMA.field("headers").type
 _SEG_TIMESTAMP = SEGMENT_SCHEMA.field("timestamp").type
 _INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
+
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -342,8 +347,10 @@ def _delete(store: Store, keys: Iterable[str]) -> None:
     for key in keys:
         try:
             store.delete(key)
-        except Exception:  # noqa: BLE001 - cleanup is best effort; orphans are invisible
-            pass
+        except (TxnTableError, OSError) as e:
+            # Best effort while Spark is already failing the job: an orphan is invisible and
+            # vacuum removes it later; the job's own error is the one to surface.
+            _log.warning("could not delete segment %s of an aborted write: %s", key, e)
 
 
 def _job_files(store: Store, table: str, num_partitions: int, write_id: str) -> list[str]:
@@ -406,7 +413,9 @@ class TxnTableWriter(DataSourceArrowWriter):
             # From here on a late task deletes its own segment (see SegmentWriter._flush).
             table.store.put(abort_tombstone(table.name, self.write_id), b"")
             ours |= set(_job_files(table.store, table.name, self.num_partitions, self.write_id))
-        except Exception:  # noqa: BLE001 - without proof that nothing landed, keep the files
+        except (TxnTableError, OSError) as e:
+            # Without proof that nothing landed, keep the files (vacuum removes orphans).
+            _log.warning("abort of write %s keeps its files: %s", self.write_id, e)
             return
         _delete(table.store, sorted(ours))
 
@@ -490,7 +499,9 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
         try:
             table = open_table(self.opts.location)
             prev = table.snapshot().app_txns.get(self.app_id)
-        except Exception:  # noqa: BLE001 - cannot prove anything: keep the files
+        except (TxnTableError, OSError) as e:
+            # Cannot prove the batch did not land: keep the files (vacuum removes orphans).
+            _log.warning("abort of micro-batch %d keeps its files: %s", batchId, e)
             return
         if prev is None or prev.version < batchId:
             _delete(table.store, [b.path for b in _batches(messages)])
