@@ -1,10 +1,14 @@
 """The producer: batching, idempotence and transactions on top of table appends.
 
-Records are buffered per table partition. A flush — ``batch_size`` reached, ``linger_ms``
-elapsed, ``flush()`` or ``commit_transaction()`` — writes one Parquet segment per partition
-and commits all of a table's segments as one log version. Each batch carries the producer
-id, epoch and base sequence, so a retried append is recognised as a duplicate and gets its
-original offsets back, as with Kafka's idempotent producer.
+Records are accumulated as columns (:mod:`txntable.accumulator`): ``send`` appends to
+per-table column lists, ``send_batch`` takes Arrow data as it is. A flush — ``batch_size``
+reached, ``linger_ms`` elapsed, a ``send`` waiting for buffer memory, ``flush()`` or
+``commit_transaction()`` — seals the lists into Arrow (partitions chosen vectorised),
+writes one Parquet segment of at most ``max_request_size`` record bytes per partition and
+commits all of a table's segments as one log version; partitions holding more go on in
+further rounds. Each batch carries the producer id, epoch and base sequence, so a retried
+append is recognised as a duplicate and gets its original offsets back, as with Kafka's
+idempotent producer.
 """
 
 from __future__ import annotations
@@ -13,11 +17,24 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import numpy as np
+import pyarrow as pa
+
 from txntable import config
+from txntable.accumulator import (
+    PY_RECORD_OVERHEAD,
+    ROW_BOOKKEEPING,
+    PartitionQueue,
+    RecordColumns,
+    Run,
+    Segment,
+    choose_partitions,
+    seal,
+    timestamp_range,
+)
 from txntable.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from txntable.append import PendingBatch
 from txntable.coordinator import TransactionCoordinator, TxnMetadata
@@ -33,7 +50,9 @@ from txntable.errors import (
     SerializationError,
     TransientStorageError,
     TxnTableError,
+    UnknownTopicOrPartitionError,
 )
+from txntable.futures import FutureRecordMetadata, FutureSendBatch, ProduceResult
 from txntable.groups import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -43,7 +62,14 @@ from txntable.groups import (
 from txntable.log import now_ms
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
-from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
+from txntable.records import (
+    RECORD_OVERHEAD,
+    Header,
+    TopicPartition,
+    encode_table,
+    record_sizes,
+    to_record_table,
+)
 from txntable.recovery import abort_if_expired
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
@@ -56,56 +82,43 @@ _log = logging.getLogger(__name__)
 
 
 _BYTES = (bytes, bytearray, memoryview)
+_time = time.time
+#: Segments of one round encoded and written in parallel (pyarrow and the stores release
+#: the GIL; on object storage this overlaps request latency).
+_SEGMENT_WRITERS = 4
 
 
-def _make_record(
-    key: object, value: object, headers: Sequence[Header] | None, timestamp: object
-) -> ProducerRecord:
-    """Validate what ``send`` was given (Kafka's serializers would) and build the record.
+def _as_bytes(name: str, v: object) -> bytes:
+    """A key, value or header value that is not ``bytes``: accept bytes-likes, refuse others.
 
     Raises:
-        SerializationError: A key, value or header value that is not bytes (or None), a
-            header key that is not a string, or a timestamp that is not a non-negative int.
+        SerializationError: Not bytes, bytearray or memoryview (Kafka's serializers would).
     """
-    def as_bytes(name: str, v: object) -> bytes | None:
-        if v is None:
-            return None
-        if not isinstance(v, _BYTES):
-            raise SerializationError(f"{name} must be bytes or None, not {type(v).__name__}")
-        return bytes(v)
+    if not isinstance(v, _BYTES):
+        raise SerializationError(f"{name} must be bytes or None, not {type(v).__name__}")
+    return bytes(v)
 
-    key_bytes, value_bytes = as_bytes("key", key), as_bytes("value", value)
-    pairs: list[tuple[str, bytes | None]] = []
-    for item in headers or ():
+
+def _check_headers(headers: Sequence[Header]) -> tuple[tuple[Header, ...], int]:
+    """Validated ``(key, value)`` pairs and their record bytes.
+
+    Raises:
+        SerializationError: An item that is not a pair, a key that is not a str, or a value
+            that is not bytes (or None).
+    """
+    pairs: list[Header] = []
+    size = 0
+    for item in headers:
         if not (isinstance(item, tuple | list) and len(item) == 2):
             raise SerializationError(f"a header must be a (key, value) pair, not {item!r:.80}")
         hk, hv = item
         if not isinstance(hk, str):
             raise SerializationError(f"a header key must be a str, not {type(hk).__name__}")
-        pairs.append((hk, as_bytes(f"header {hk!r}", hv)))
-    if timestamp is not None and (
-        not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0
-    ):
-        raise SerializationError("timestamp must be a non-negative int of milliseconds")
-    return ProducerRecord(
-        key_bytes, value_bytes, tuple(pairs), now_ms() if timestamp is None else timestamp
-    )
-
-
-@dataclass
-class _Buffer:
-    records: list[ProducerRecord] = field(default_factory=list)
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
-    size: int = 0
-    created: float = 0.0
-
-
-@dataclass
-class _Drained:
-    tp: TopicPartition
-    records: list[ProducerRecord]
-    futures: list[Future[RecordMetadata]]
-    size: int
+        if hv is not None and type(hv) is not bytes:
+            hv = _as_bytes(f"header {hk!r}", hv)
+        pairs.append((hk, hv))
+        size += len(hk.encode()) + (len(hv) if hv is not None else 0) + 2
+    return tuple(pairs), size
 
 
 class Producer:
@@ -116,11 +129,15 @@ class Producer:
         transactional_id: Enables transactions; one live producer per id (others are fenced).
         enable_idempotence: Carry producer id and sequences so retries never duplicate
             (Kafka's default, and required for transactions).
-        batch_size: Bytes buffered for one partition that trigger a flush.
+        batch_size: Record bytes buffered for one partition (or, before their partitions
+            are chosen, for one table) that trigger a flush. It starts a flush, it does not
+            cut one: a segment holds what accumulated, up to ``max_request_size``.
         linger_ms: How long a record may wait in the buffer for others to join it.
-        buffer_memory: Bytes the producer may buffer; ``send`` blocks when it is full.
+        buffer_memory: Bytes of this process's memory the buffered records may occupy
+            (Python objects, Arrow buffers and encoded segments in flight); ``send`` and
+            ``send_batch`` block when it is full.
         max_block_ms: How long ``send`` blocks on a full buffer before raising.
-        max_request_size: Largest record accepted.
+        max_request_size: Largest record accepted, and the most record bytes in one segment.
         transaction_timeout_ms: After this, the transaction may be aborted by others.
         delivery_timeout_ms: How long a flush retries transient storage errors.
     """
@@ -165,12 +182,27 @@ class Producer:
         self._groups: dict[str, Table | None] = {}
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
-        self._buffers: dict[TopicPartition, _Buffer] = {}
-        self._buffered_bytes = 0
-        self._in_flight: list[Future[RecordMetadata]] = []
+        self._num_partitions: dict[str, int] = {}
+        # Records larger than this are refused (they could never be buffered or sent).
+        self._record_limit = min(max_request_size, buffer_memory)
+        # send() seals a table's column lists once they hold this many record bytes, so
+        # most buffered records sit in compact Arrow buffers, not Python objects.
+        self._seal_bytes = max(batch_size, min(max_request_size, buffer_memory // 8))
+        # send_batch() queues its rows in pieces of this many record bytes, so a call
+        # larger than buffer_memory streams instead of being copied whole.
+        self._piece_bytes = max(max_request_size, buffer_memory // 4)
+        # Lock order: _seal_lock, then _lock or _cond (never both at once).
+        self._lock = threading.Lock()  # the open column lists (send's one lock per record)
+        self._seal_lock = threading.Lock()  # one sealer at a time: keeps partitions in order
+        self._cond = threading.Condition()  # queues, memory, rounds in flight, flush
+        self._open: dict[str, RecordColumns] = {}
+        self._open_memory = 0  # under _lock
+        self._queues: dict[TopicPartition, PartitionQueue] = {}
+        self._queued_memory = 0  # under _cond: queued and in-flight rows, encoded segments
+        self._sending: list[Segment] = []  # the round in flight
+        self._pool: ThreadPoolExecutor | None = None
         self._flush_requested = False
         self._closed = False
-        self._cond = threading.Condition()
         self._sender = threading.Thread(
             target=self._run_sender, name="txntable-sender", daemon=True
         )
@@ -240,41 +272,43 @@ class Producer:
             raise self._txn_error
         self._end_transaction(commit=True)
 
-    def _take_for_short_path(self) -> list[_Drained] | None:
-        """Take the buffers if the whole transaction is still buffered, else ``None``."""
+    def _take_for_short_path(self) -> dict[str, list[Segment]] | None:
+        """Take the buffers if the whole transaction is still buffered and fits one segment
+        per partition, else ``None``."""
+        self._seal_all()
         with self._cond:
-            if self._in_flight or self._txn_partitions or not self._buffers:
+            if self._sending or self._txn_partitions:
                 return None
-            drained = [
-                _Drained(tp, b.records, b.futures, b.size) for tp, b in self._buffers.items()
-            ]
-            self._buffers = {}
-            return drained
+            queues = sorted((tp, q) for tp, q in self._queues.items() if q.runs)
+            if not queues or any(q.record_bytes > self.max_request_size for _, q in queues):
+                return None
+            by_table: dict[str, list[Segment]] = {}
+            for tp, q in queues:
+                segment = Segment(tp.partition, q.take(self.max_request_size))
+                by_table.setdefault(tp.topic, []).append(segment)
+            self._sending = [s for items in by_table.values() for s in items]
+            return by_table
 
-    def _commit_short_path(self, drained: list[_Drained]) -> None:
+    def _commit_short_path(self, by_table: dict[str, list[Segment]]) -> None:
         """Commit with P segment PUTs, a CAS to PrepareCommit with the intent, one log version
         per table (data and markers together) and a CAS to CompleteCommit."""
         txn = self._require_txn()
-        by_table: dict[str, list[_Drained]] = {}
-        for d in sorted(drained, key=lambda d: d.tp):
-            by_table.setdefault(d.tp.topic, []).append(d)
+        segments = [s for items in by_table.values() for s in items]
         try:
             intent = {t: tuple(self._write_segments(t, items)) for t, items in by_table.items()}
-        except TxnTableError as e:
-            for d in drained:
-                for f in d.futures:
-                    f.set_exception(e)
-            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
+        except BaseException as e:
+            for segment in segments:
+                segment.fail(e)
+            if isinstance(e, TxnTableError):
+                txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise
         finally:
-            with self._cond:
-                self._buffered_bytes -= sum(d.size for d in drained)
-                self._cond.notify_all()
+            self._round_done(segments)
         self._end_retry = lambda: self._finish_short_path(by_table, intent)
         self._end_retry()
 
     def _finish_short_path(
-        self, by_table: dict[str, list[_Drained]], intent: dict[str, tuple[PendingBatch, ...]]
+        self, by_table: dict[str, list[Segment]], intent: dict[str, tuple[PendingBatch, ...]]
     ) -> None:
         txn = self._require_txn()
         tid = self.transactional_id or ""
@@ -294,22 +328,19 @@ class Producer:
             self._coordinator_cache = None
             self._end_retry = None
             for items in by_table.values():
-                for d in items:
-                    for f in d.futures:
-                        f.set_exception(e)
+                for segment in items:
+                    segment.fail(e)
             txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise
         for topic, items in by_table.items():
             table = self._table(topic)
-            for d, batch in zip(items, intent[topic], strict=True):
-                meta = self._committed_batch(table, d.tp.partition, batch)
+            for segment, batch in zip(items, intent[topic], strict=True):
+                meta = self._committed_batch(table, segment.partition, batch)
                 if meta is None:  # another client finished our decision: catch up once
                     table.snapshot(refresh=True)
-                    meta = self._committed_batch(table, d.tp.partition, batch)
+                    meta = self._committed_batch(table, segment.partition, batch)
                 assert meta is not None, "a committed short-path batch is in the log"
-                for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
-                    offset = meta.base_offset + i
-                    f.set_result(RecordMetadata(topic, d.tp.partition, offset, r.timestamp))
+                segment.resolve(meta.base_offset)
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
         for topic in by_table:
@@ -421,6 +452,20 @@ class Producer:
             table.snapshot()
         return table
 
+    def _partition_count(self, topic: str) -> int:
+        n = self._num_partitions.get(topic)
+        if n is None:
+            n = self._num_partitions[topic] = self._table(topic).num_partitions
+        return n
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise IllegalStateError("cannot send after the producer is closed")
+        if self._sender_error is not None:
+            raise IllegalStateError(
+                f"producer sender failed: {self._sender_error!r}"
+            ) from self._sender_error
+
     def send(
         self,
         topic: str,
@@ -429,88 +474,309 @@ class Producer:
         partition: int | None = None,
         headers: Sequence[Header] | None = None,
         timestamp: int | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         """Buffer a record for ``topic``; the future completes when its batch is committed.
 
+        With no ``partition``, the partition is chosen when the buffered records are sealed
+        (vectorised murmur2 of the key as Kafka's Java client; the sticky partition for a
+        null key), and reported by the future.
+
         Raises:
+            SerializationError: Key, value, a header or the timestamp has the wrong type.
             RecordTooLargeError: The record is larger than ``max_request_size``.
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
+            UnknownTopicOrPartitionError: ``partition`` is outside the table.
             InvalidTxnStateError: A transactional producer is not in a transaction.
             ProducerFencedError: The producer was fenced.
         """
-        if self._closed:
-            raise IllegalStateError("cannot send after the producer is closed")
-        if self._sender_error is not None:
-            raise IllegalStateError(
-                f"producer sender failed: {self._sender_error!r}"
-            ) from self._sender_error
-        if self.txn is not None:
-            self.txn.require("send", _C.IN_TRANSACTION)
-        record = _make_record(key, value, headers, timestamp)
-        size = record.size_in_bytes()
-        if size > self.max_request_size or size > self.buffer_memory:
+        # The per-record path: validation, one lock to append to the column lists, and a
+        # handle. Partitioning, Arrow conversion and futures are per batch.
+        if self._closed or self._sender_error is not None:
+            self._check_usable()
+        txn = self.txn
+        if txn is not None and txn.state is not _C.IN_TRANSACTION:
+            txn.require("send", _C.IN_TRANSACTION)
+        size = RECORD_OVERHEAD
+        if value is not None:
+            if value.__class__ is not bytes:
+                value = _as_bytes("value", value)
+            size += len(value)
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _as_bytes("key", key)
+            size += len(key)
+        pairs: tuple[Header, ...] = ()
+        if headers:
+            pairs, header_bytes = _check_headers(headers)
+            size += header_bytes
+        if timestamp is None:
+            timestamp = int(_time() * 1000)
+        elif timestamp.__class__ is not int or timestamp < 0:
+            raise SerializationError("timestamp must be a non-negative int of milliseconds")
+        if size > self._record_limit:
             raise RecordTooLargeError(
                 f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
             )
-        table = self._table(topic)
-        n = table.num_partitions
+        num_partitions = self._num_partitions.get(topic) or self._partition_count(topic)
         if partition is None:
-            partition = self._partitioner.partition(topic, record.key, n)
-        elif not 0 <= partition < n:
-            from txntable.errors import UnknownTopicOrPartitionError
-
+            partition = -1
+        elif partition.__class__ is not int or not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
-        tp = TopicPartition(topic, partition)
-        future: Future[RecordMetadata] = Future()
-        deadline = time.monotonic() + self.max_block_ms / 1000
+        memory = size + PY_RECORD_OVERHEAD
+        if self._open_memory + self._queued_memory + memory > self.buffer_memory:
+            self._wait_for_memory(topic, memory, reserve=False)
+        with self._lock:
+            columns = self._open.get(topic)
+            if columns is None:
+                columns = self._open[topic] = RecordColumns(topic)
+            index = len(columns.keys)
+            columns.keys.append(key)
+            columns.values.append(value)
+            columns.timestamps.append(timestamp)
+            columns.partitions.append(partition)
+            if pairs:
+                columns.headers[index] = pairs
+            columns.record_bytes += size
+            columns.memory += memory
+            self._open_memory += memory
+            buffered = columns.record_bytes
+        if buffered >= self._seal_bytes:
+            self._seal(topic)
+        if index == 0 or (buffered >= self.batch_size > buffered - size):
+            with self._cond:  # a new linger deadline, or a full batch: wake the sender
+                self._cond.notify_all()
+        return FutureRecordMetadata(columns.result, index)
+
+    def send_batch(
+        self, topic: str, data: object, partition: int | None = None
+    ) -> FutureSendBatch:
+        """Buffer many records at once, given as columns; the future completes when all are
+        committed.
+
+        ``data`` is a ``pyarrow.Table`` or ``RecordBatch``, or anything ``pyarrow.table()``
+        accepts (a pandas DataFrame, a dict of columns), with a binary ``value`` column and
+        optional ``key`` (binary), ``headers`` (list of ``{key: string, value: binary}``)
+        and ``timestamp`` (timestamp, or int milliseconds; null or absent: now) columns.
+        Rows are partitioned as ``send`` partitions records (``partition`` puts them all in
+        one), keep their order within each partition, and are written idempotently in
+        segments of at most ``max_request_size`` record bytes, inside the current
+        transaction if there is one. No Python work is done per row.
+
+        A call larger than a quarter of ``buffer_memory`` is queued in pieces, waiting for
+        memory between them. If the buffer then stays full for ``max_block_ms``, the rows
+        not queued yet fail with ``BufferExhaustedError`` (the queued ones are still sent;
+        a transaction that got only part of the rows must be aborted).
+
+        Returns:
+            A future whose result is a :class:`~txntable.futures.SendBatchResult`: the
+            offset range of each committed segment and every row's partition and offset.
+
+        Raises:
+            SerializationError: A column is missing, unknown or of the wrong type (named in
+                the message); nothing is buffered.
+            RecordTooLargeError: A row is larger than ``max_request_size``; nothing is
+                buffered.
+            BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
+            UnknownTopicOrPartitionError: ``partition`` is outside the table.
+            InvalidTxnStateError: A transactional producer is not in a transaction.
+        """
+        self._check_usable()
+        if self.txn is not None:
+            self.txn.require("send", _C.IN_TRANSACTION)
+        table = to_record_table(data, int(_time() * 1000))
+        num_partitions = self._partition_count(topic)
+        if partition is not None and (
+            not isinstance(partition, int) or not 0 <= partition < num_partitions
+        ):
+            raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
+        sizes = record_sizes(table)
+        n = table.num_rows
+        result = ProduceResult(topic)
+        result.start(n, np.asarray(table.column("timestamp").cast(pa.int64())))
+        if n and int(sizes.max()) > self._record_limit:
+            row = int(np.argmax(sizes))
+            raise RecordTooLargeError(
+                f"row {row} is a record of {int(sizes[row])} bytes, larger than "
+                f"max_request_size {self.max_request_size}; nothing was sent"
+            )
+        ends = np.cumsum(sizes)
+        start = 0
+        while start < n:
+            # The piece: rows up to _piece_bytes record bytes (at least one).
+            done = int(ends[start - 1]) if start else 0
+            stop = max(start + 1, int(np.searchsorted(ends, done + self._piece_bytes, "right")))
+            piece = table.slice(start, stop - start)
+            copies = 1 if partition is None else 0  # sorting rows by partition copies them
+            estimate = piece.nbytes * (1 + copies) + (stop - start) * ROW_BOOKKEEPING
+            try:
+                self._wait_for_memory(topic, estimate, reserve=True)
+            except BufferExhaustedError as e:
+                result.fail(n - start, e)
+                if start and self.txn is not None:
+                    self.txn.fail(e, fatal=False)  # half a batch must not be committed
+                raise
+            self._queue_rows(topic, piece, sizes[start:stop], partition, result, start, estimate)
+            start = stop
+        return FutureSendBatch(result)
+
+    def _queue_rows(
+        self,
+        topic: str,
+        rows: pa.Table,
+        sizes: np.ndarray,
+        partition: int | None,
+        result: ProduceResult,
+        first_row: int,
+        reserved: int,
+    ) -> None:
+        """Partition and queue rows of ``send_batch`` whose memory was reserved."""
+        with self._seal_lock:
+            self._seal_locked(topic)  # records sent before this call stay ahead of it
+            explicit = None if partition is None else np.full(len(sizes), partition, np.int32)
+            try:
+                partitions = choose_partitions(
+                    rows.column("key"),
+                    explicit,
+                    sizes,
+                    topic,
+                    self._partition_count(topic),
+                    self._partitioner,
+                    self.max_request_size,
+                )
+                runs = seal(rows, sizes, partitions, result, first_row)
+            except BaseException:
+                self._release(reserved)
+                raise
+            self._enqueue(topic, runs, reserved)
+
+    def _enqueue(self, topic: str, runs: list[tuple[int, Run]], reserved: int) -> None:
+        """Queue sealed runs; their memory replaces ``reserved`` bytes of reservation."""
         with self._cond:
-            while self._buffered_bytes + size > self.buffer_memory:
+            for partition, run in runs:
+                tp = TopicPartition(topic, partition)
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = PartitionQueue()
+                queue.push(run)
+            self._queued_memory += sum(run.memory for _, run in runs) - reserved
+            self._cond.notify_all()
+
+    def _wait_for_memory(self, topic: str, memory: int, reserve: bool) -> None:
+        """Block until ``memory`` more bytes fit in ``buffer_memory`` (and reserve them).
+
+        Raises:
+            BufferExhaustedError: They did not fit within ``max_block_ms``.
+        """
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        if topic in self._open:
+            self._seal(topic)  # Arrow holds the waiting records in less memory
+        with self._cond:
+            # Something must be buffered to wait for; a reservation larger than the whole
+            # buffer goes ahead alone rather than never.
+            while self._open_memory + self._queued_memory + memory > self.buffer_memory and (
+                self._open_memory + self._queued_memory > 0
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BufferExhaustedError(
-                        f"failed to allocate {size} bytes within max_block_ms={self.max_block_ms}"
+                        f"failed to allocate {memory} bytes within "
+                        f"max_block_ms={self.max_block_ms}"
                     )
                 self._cond.wait(remaining)
-            buf = self._buffers.get(tp)
-            if buf is None:
-                buf = self._buffers[tp] = _Buffer(created=time.monotonic())
-            buf.records.append(record)
-            buf.futures.append(future)
-            buf.size += size
-            self._buffered_bytes += size
-            if buf.size >= self.batch_size or self.linger_ms <= 0:
-                self._cond.notify_all()
-            elif len(buf.records) == 1:
-                self._cond.notify_all()  # the sender recomputes its linger deadline
-        return future
+            if reserve:
+                self._queued_memory += memory
+
+    def _release(self, memory: int) -> None:
+        with self._cond:
+            self._queued_memory -= memory
+            self._cond.notify_all()
+
+    def _seal(self, topic: str) -> None:
+        with self._seal_lock:
+            self._seal_locked(topic)
+
+    def _seal_all(self) -> None:
+        with self._seal_lock:
+            for topic in list(self._open):
+                self._seal_locked(topic)
+
+    def _seal_locked(self, topic: str) -> None:
+        """Turn ``topic``'s column lists into queued Arrow runs (holding ``_seal_lock``)."""
+        with self._lock:
+            columns = self._open.pop(topic, None)
+        if columns is None:
+            return
+        n = len(columns)
+        result = columns.result
+        try:
+            table = columns.to_table()
+            sizes = record_sizes(table)
+            explicit = columns.partition_array()
+            partitions = choose_partitions(
+                table.column("key"),
+                explicit if (explicit >= 0).any() else None,
+                sizes,
+                topic,
+                self._partition_count(topic),
+                self._partitioner,
+                self.max_request_size,
+            )
+            result.start(n, columns.timestamp_array())
+            runs = seal(table, sizes, partitions, result, 0)
+        except BaseException as e:
+            if not result.started:
+                result.start(n, columns.timestamp_array())
+            result.fail(n, e)
+            with self._lock:
+                self._open_memory -= columns.memory
+            raise
+        self._enqueue(topic, runs, 0)
+        with self._lock:
+            self._open_memory -= columns.memory  # the lists are freed with ``columns``
 
     def flush(self) -> None:
         """Send everything buffered and wait until it is committed (or failed)."""
         self._wait_all()
 
-    def _wait_all(self) -> None:
+    def _pending_results(self) -> set[ProduceResult]:
+        with self._lock:
+            pending = {c.result for c in self._open.values()}
         with self._cond:
-            futures = [f for b in self._buffers.values() for f in b.futures] + list(self._in_flight)
-            # Only a non-empty buffer needs the flag (the sender clears it when it drains);
+            for queue in self._queues.values():
+                pending.update(run.result for run in queue.runs)
+            for segment in self._sending:
+                pending.update(segment.results())
+        return pending
+
+    def _wait_all(self) -> None:
+        pending = self._pending_results()
+        if not pending:
+            return
+        with self._cond:
+            # Only buffered records need the flag (the sender clears it when it drains);
             # set with nothing buffered, it outlived this call and the next record was sent
             # at once, ignoring linger_ms.
-            if self._buffers:
+            if self._open or any(q.runs for q in self._queues.values()):
                 self._flush_requested = True
             self._cond.notify_all()
-        for f in futures:
-            try:
-                f.result()
-            except TxnTableError:
-                pass  # the error is the future's; transactional errors are kept separately
+        for result in pending:
+            result.wait(None)  # an error is the future's; transactional errors kept apart
 
     def _drop_buffered(self, error: TxnTableError) -> None:
-        with self._cond:
-            buffers, self._buffers = self._buffers, {}
-            for buf in buffers.values():
-                self._buffered_bytes -= buf.size
-                for f in buf.futures:
-                    f.set_exception(error)
-            self._cond.notify_all()
+        with self._seal_lock:
+            with self._lock:
+                opened, self._open = self._open, {}
+                self._open_memory -= sum(c.memory for c in opened.values())
+            with self._cond:
+                runs = [run for q in self._queues.values() for run in q.runs]
+                self._queues = {}
+                self._queued_memory -= sum(run.memory for run in runs)
+                self._cond.notify_all()
+        for columns in opened.values():
+            columns.result.start(len(columns), columns.timestamp_array())
+            columns.result.fail(len(columns), error)
+        for run in runs:
+            run.result.fail(len(run.rows), error)
 
     def close(self, timeout: float | None = None) -> None:
         """Abort an incomplete transaction, flush what is buffered and stop the sender.
@@ -532,6 +798,8 @@ class Producer:
             self._closed = True
             self._cond.notify_all()
         self._sender.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
     def __enter__(self) -> Producer:
         return self
@@ -541,15 +809,23 @@ class Producer:
 
     # --- the sender ----------------------------------------------------------------------
 
+    def _has_buffered(self) -> bool:
+        return bool(self._open) or any(q.runs for q in self._queues.values())
+
     def _ready(self, now: float) -> tuple[bool, float | None]:
-        if not self._buffers:
+        opened = tuple(self._open.values())
+        queues = [q for q in self._queues.values() if q.runs]
+        if not opened and not queues:
             return False, None
-        if self._flush_requested:
+        if self._flush_requested or self._closed:
             return True, None
-        oldest = min(b.created for b in self._buffers.values())
+        if any(c.record_bytes >= self.batch_size for c in opened) or any(
+            q.record_bytes >= self.batch_size for q in queues
+        ):
+            return True, None
+        oldest = min([c.created for c in opened] + [q.created for q in queues])
         due = oldest + self.linger_ms / 1000
-        full = any(b.size >= self.batch_size for b in self._buffers.values())
-        return (full or now >= due), max(due - now, 0.0)
+        return now >= due, max(due - now, 0.0)
 
     def _run_sender(self) -> None:
         while True:
@@ -558,53 +834,68 @@ class Producer:
                     ready, wait = self._ready(time.monotonic())
                     if ready:
                         break
-                    if self._closed and not self._buffers:
+                    if self._closed and not self._has_buffered():
                         return
-                    self._flush_requested = False if not self._buffers else self._flush_requested
+                    if not self._has_buffered():
+                        self._flush_requested = False
                     self._cond.wait(wait)
-                drained = [
-                    _Drained(tp, b.records, b.futures, b.size) for tp, b in self._buffers.items()
-                ]
-                self._buffers = {}
-                self._flush_requested = False
-                self._in_flight = [f for d in drained for f in d.futures]
             try:
-                self._send(drained)
-            finally:
-                with self._cond:
-                    self._buffered_bytes -= sum(d.size for d in drained)
-                    self._in_flight = []
-                    self._cond.notify_all()
+                self._seal_all()
+            except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
+                self._on_unexpected_error(e)  # the sealed rows' futures hold the error
+            with self._cond:
+                segments = self._take_round()
+                if not self._has_buffered():
+                    self._flush_requested = False
+            if segments:
+                try:
+                    self._send(segments)
+                finally:
+                    self._round_done([s for items in segments.values() for s in items])
+
+    def _take_round(self) -> dict[str, list[Segment]]:
+        """Dequeue one segment's worth per partition (holding ``_cond``)."""
+        by_table: dict[str, list[Segment]] = {}
+        for tp in sorted(self._queues):
+            queue = self._queues[tp]
+            if queue.runs:
+                segment = Segment(tp.partition, queue.take(self.max_request_size))
+                by_table.setdefault(tp.topic, []).append(segment)
+        self._sending = [s for items in by_table.values() for s in items]
+        return by_table
+
+    def _round_done(self, segments: list[Segment]) -> None:
+        with self._cond:
+            self._queued_memory -= sum(s.memory for s in segments)
+            self._sending = []
+            self._cond.notify_all()
 
     def _ensure_producer_id(self) -> None:
         if self.enable_idempotence and self.producer_id == NO_PRODUCER_ID:
             self.producer_id = self.coordinator.allocator.allocate()
             self.producer_epoch = 0
 
-    def _send(self, drained: list[_Drained]) -> None:
-        by_table: dict[str, list[_Drained]] = {}
-        for d in drained:
-            by_table.setdefault(d.tp.topic, []).append(d)
-        for topic, items in by_table.items():
+    def _send(self, by_table: dict[str, list[Segment]]) -> None:
+        for topic, segments in by_table.items():
             try:
-                self._send_table(topic, sorted(items, key=lambda d: d.tp.partition))
-            except TxnTableError as e:
-                for d in items:
-                    for f in d.futures:
-                        if not f.done():
-                            f.set_exception(e)
-                self._on_send_error(e)
+                self._send_table(topic, segments)
             except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
-                # Unexpected (a bug or an unmapped library error): fail these futures and
-                # every later call, rather than let the sender thread die and sends hang.
-                _log.exception("producer sender failed")
-                for d in items:
-                    for f in d.futures:
-                        if not f.done():
-                            f.set_exception(e)
-                self._sender_error = e
-                if self.txn is not None:
-                    self.txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
+                # The producer's state first: a caller woken by a failed future sees it.
+                if isinstance(e, TxnTableError):
+                    self._on_send_error(e)
+                else:
+                    self._on_unexpected_error(e)
+                for segment in segments:
+                    if not segment.settled:
+                        segment.fail(e)
+
+    def _on_unexpected_error(self, e: Exception) -> None:
+        # Unexpected (a bug or an unmapped library error): fail every later call, rather
+        # than let the sender thread die and sends hang.
+        _log.error("producer sender failed", exc_info=e)
+        self._sender_error = e
+        if self.txn is not None:
+            self.txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
 
     def _on_send_error(self, error: TxnTableError) -> None:
         if self.txn is not None:
@@ -616,43 +907,70 @@ class Producer:
             self.producer_epoch += 1
             self._sequences.clear()
 
-    def _write_segments(self, topic: str, items: list[_Drained]) -> list[PendingBatch]:
-        """Write one segment per drained partition; assign sequences (once, kept on retry)."""
+    def _write_segments(self, topic: str, segments: list[Segment]) -> list[PendingBatch]:
+        """Write one segment per partition (in parallel); assign sequences (once, kept on
+        retry)."""
         table = self._table(topic)
-        pending: list[PendingBatch] = []
-        for d in items:
+        sequences = []
+        for segment in segments:
             seq = NO_SEQUENCE
             if self.enable_idempotence:
-                seq = self._sequences.get(d.tp, 0)
-                self._sequences[d.tp] = (seq + len(d.records)) % (2**31)
-            path = table.segment_key(d.tp.partition, new_segment_name())
-            data = encode_segment(d.records)
-            self._put_segment(path, data)
-            stamps = [r.timestamp for r in d.records]
-            pending.append(
-                PendingBatch(
-                    partition=d.tp.partition,
-                    path=path,
-                    count=len(d.records),
-                    size=len(data),
-                    producer_id=self.producer_id,
-                    producer_epoch=self.producer_epoch,
-                    base_sequence=seq,
-                    transactional=self.txn is not None,
-                    min_timestamp=min(stamps),
-                    max_timestamp=max(stamps),
-                    transactional_id=self.transactional_id,
-                )
+                tp = TopicPartition(topic, segment.partition)
+                seq = self._sequences.get(tp, 0)
+                self._sequences[tp] = (seq + segment.count) % (2**31)
+            sequences.append(seq)
+
+        def write(segment: Segment, seq: int) -> PendingBatch:
+            rows = segment.table()
+            data = encode_table(rows)
+            path = table.segment_key(segment.partition, new_segment_name())
+            with self._cond:
+                self._queued_memory += len(data)  # encoded and in flight
+            try:
+                self._put_segment(path, data)
+            finally:
+                self._release(len(data))
+            low, high = timestamp_range(rows)
+            return PendingBatch(
+                partition=segment.partition,
+                path=path,
+                count=rows.num_rows,
+                size=len(data),
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=seq,
+                transactional=self.txn is not None,
+                min_timestamp=low,
+                max_timestamp=high,
+                transactional_id=self.transactional_id,
             )
+
+        pending = self._map(write, segments, sequences)
+        for _ in segments:
             self._partitioner.on_new_batch(topic, table.num_partitions)
         return pending
 
-    def _send_table(self, topic: str, items: list[_Drained]) -> None:
+    def _map(
+        self, fn: Callable[[Segment, int], PendingBatch], segments: list[Segment], seqs: list[int]
+    ) -> list[PendingBatch]:
+        """``fn`` over the segments on the writer pool; raise the first error once all ended."""
+        if len(segments) == 1:
+            return [fn(segments[0], seqs[0])]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_SEGMENT_WRITERS, thread_name_prefix="txntable-put")
+        futures = [self._pool.submit(fn, s, q) for s, q in zip(segments, seqs, strict=True)]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+        return [f.result() for f in futures]
+
+    def _send_table(self, topic: str, segments: list[Segment]) -> None:
         self._ensure_producer_id()
         table = self._table(topic)
-        pending = self._write_segments(topic, items)
+        pending = self._write_segments(topic, segments)
         if self.txn is not None:
-            new = {d.tp.partition for d in items} - self._txn_partitions.get(topic, set())
+            new = {s.partition for s in segments} - self._txn_partitions.get(topic, set())
             if new:
                 assert self.transactional_id is not None
                 self._coordinator_cache = None
@@ -664,9 +982,8 @@ class Producer:
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
         self._abort_expired_transactions(table)
-        for d, base in zip(items, result.base_offsets, strict=True):
-            for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
-                f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))
+        for segment, base in zip(segments, result.base_offsets, strict=True):
+            segment.resolve(base)
 
     def _abort_expired_transactions(self, table: Table) -> None:
         """Abort other producers' transactions that pin this table's LSO past their timeout.

@@ -11,7 +11,9 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txntable.errors import (
@@ -19,6 +21,7 @@ from txntable.errors import (
     MissingSegmentError,
     ObjectNotFoundError,
     SchemaMismatchError,
+    SerializationError,
 )
 from txntable.storage.base import Store
 
@@ -86,6 +89,11 @@ class RecordMetadata:
     timestamp: int
 
 
+HEADERS_TYPE = SEGMENT_SCHEMA.field("headers").type
+TIMESTAMP_TYPE = SEGMENT_SCHEMA.field("timestamp").type
+_COLUMNS = tuple(SEGMENT_SCHEMA.names)
+
+
 def encode_segment(records: list[ProducerRecord]) -> bytes:
     """Encode one batch of records as a Parquet segment."""
     table = pa.table(
@@ -93,16 +101,180 @@ def encode_segment(records: list[ProducerRecord]) -> bytes:
             "key": pa.array([r.key for r in records], pa.binary()),
             "value": pa.array([r.value for r in records], pa.binary()),
             "headers": pa.array(
-                [[{"key": k, "value": v} for k, v in r.headers] for r in records],
-                SEGMENT_SCHEMA.field("headers").type,
+                [[{"key": k, "value": v} for k, v in r.headers] for r in records], HEADERS_TYPE
             ),
-            "timestamp": pa.array([r.timestamp for r in records], pa.timestamp("ms", tz="UTC")),
+            "timestamp": pa.array([r.timestamp for r in records], TIMESTAMP_TYPE),
         },
         schema=SEGMENT_SCHEMA,
     )
+    return encode_table(table)
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """Encode a table in :data:`SEGMENT_SCHEMA` as a Parquet segment.
+
+    zstd; no dictionary encoding or statistics for ``key`` and ``value``: they are mostly
+    distinct, readers never filter on them, and both cost a pass over every byte.
+    """
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(
+        table,
+        sink,
+        compression="zstd",
+        use_dictionary=["headers.list.item.key", "timestamp"],
+        write_statistics=["timestamp"],
+    )
     return sink.getvalue()
+
+
+def empty_headers(n: int) -> pa.Array:
+    """A headers column of ``n`` empty lists (what a record sent without headers holds)."""
+    offsets = pa.py_buffer(np.zeros(n + 1, dtype=np.int32).tobytes())
+    empty = pa.array([], HEADERS_TYPE.value_type)
+    return pa.ListArray.from_buffers(HEADERS_TYPE, n, [None, offsets], children=[empty])
+
+
+def record_sizes(table: pa.Table) -> np.ndarray:
+    """Every row's :meth:`ProducerRecord.size_in_bytes`, vectorised (int64).
+
+    Args:
+        table: Records in :data:`SEGMENT_SCHEMA`.
+    """
+    sizes = np.full(table.num_rows, RECORD_OVERHEAD, dtype=np.int64)
+    for name in ("key", "value"):
+        sizes += _binary_lengths(table.column(name))
+    headers = table.column("headers")
+    if headers.num_chunks and any(len(c.values) for c in headers.chunks):
+        at = 0
+        for chunk in headers.chunks:
+            sizes[at : at + len(chunk)] += _header_sizes(chunk)
+            at += len(chunk)
+    return sizes
+
+
+def _binary_lengths(column: pa.ChunkedArray) -> np.ndarray:
+    """Byte length of every value of a binary column (0 where null)."""
+    if column.num_chunks == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(
+        [np.asarray(pc.binary_length(c).fill_null(0), dtype=np.int64) for c in column.chunks]
+    )
+
+
+def _header_sizes(headers: pa.ListArray) -> np.ndarray:
+    """Per row: sum over its headers of ``len(key as UTF-8) + len(value) + 2``."""
+    entries = headers.values  # every entry of the child array; offsets index into it
+    keys = np.asarray(pc.binary_length(entries.field("key")).fill_null(0), dtype=np.int64)
+    values = np.asarray(pc.binary_length(entries.field("value")).fill_null(0), dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(keys + values + 2)])
+    offsets = np.asarray(headers.offsets, dtype=np.int64)
+    return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+
+
+def to_record_table(data: object, now: int) -> pa.Table:
+    """Turn what ``Producer.send_batch`` was given into records in :data:`SEGMENT_SCHEMA`.
+
+    Accepts a ``pyarrow.Table`` or ``RecordBatch`` or anything ``pyarrow.table()`` takes (a
+    pandas DataFrame, a dict of columns). ``value`` is required; ``key`` (absent: null keys),
+    ``headers`` (absent or null: no headers) and ``timestamp`` (absent or null: ``now``) are
+    optional. Binary columns may be any Arrow binary type; a timestamp may be an Arrow
+    timestamp (truncated to milliseconds, naive ones taken as UTC) or integer milliseconds.
+
+    Raises:
+        SerializationError: The data is not tabular, a column is unknown, ``value`` is
+            missing, or a column has a type that is not accepted (the error names it), as
+            ``send`` refuses a key or value that is not bytes.
+    """
+    if isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    elif isinstance(data, pa.Table):
+        table = data
+    else:
+        try:
+            table = pa.table(data)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+            raise SerializationError(f"send_batch data is not a table of records: {e}") from None
+    names = table.column_names
+    unknown = [n for n in names if n not in _COLUMNS]
+    if unknown or len(set(names)) != len(names):
+        what = f"unknown column {unknown[0]!r}" if unknown else "duplicate column names"
+        raise SerializationError(f"send_batch: {what}; the columns are {list(_COLUMNS)}")
+    if "value" not in names:
+        raise SerializationError("send_batch: column 'value' is missing")
+    n = table.num_rows
+    columns = {
+        "key": _binary_column(table, "key", n),
+        "value": _binary_column(table, "value", n),
+        "headers": _headers_column(table, n),
+        "timestamp": _timestamp_column(table, n, now),
+    }
+    return pa.table(columns, schema=SEGMENT_SCHEMA)
+
+
+def _binary_column(table: pa.Table, name: str, n: int) -> pa.ChunkedArray:
+    if name not in table.column_names:
+        return pa.chunked_array([pa.nulls(n, pa.binary())])
+    column = table.column(name)
+    t = column.type
+    if t == pa.binary():
+        return column
+    if pa.types.is_null(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or (
+        hasattr(pa.types, "is_binary_view") and pa.types.is_binary_view(t)
+    ):
+        try:
+            return column.cast(pa.binary())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise SerializationError(f"send_batch: column {name!r} of type {t}: {e}") from None
+    raise SerializationError(
+        f"send_batch: column {name!r} must be binary (bytes or null), not {t}"
+    )
+
+
+def _headers_column(table: pa.Table, n: int) -> pa.ChunkedArray:
+    if "headers" not in table.column_names:
+        return pa.chunked_array([empty_headers(n)])
+    column = table.column("headers")
+    if column.type != HEADERS_TYPE:
+        try:
+            column = column.cast(HEADERS_TYPE)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise SerializationError(
+                f"send_batch: column 'headers' must be {HEADERS_TYPE}, not {column.type} ({e})"
+            ) from None
+    chunks = []
+    for chunk in column.chunks:
+        entries = chunk.values
+        if entries.null_count or entries.field("key").null_count:
+            raise SerializationError("send_batch: column 'headers' holds a null header or key")
+        if chunk.null_count:  # no headers, as send(headers=None) writes it: an empty list
+            chunk = pa.ListArray.from_arrays(chunk.offsets, entries, type=HEADERS_TYPE)
+        chunks.append(chunk)
+    return pa.chunked_array(chunks, HEADERS_TYPE)
+
+
+def _timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
+    if "timestamp" not in table.column_names:
+        return pa.chunked_array([pa.array(np.full(n, now, dtype=np.int64), TIMESTAMP_TYPE)])
+    column = table.column("timestamp")
+    t = column.type
+    if pa.types.is_timestamp(t):
+        unit_ms = {"s": 1000, "ms": 1, "us": 1, "ns": 1}[t.unit]
+        ints = column.cast(pa.int64())
+        if t.unit in ("us", "ns"):  # truncate to Kafka's milliseconds
+            ints = pc.divide(ints, 1000 if t.unit == "us" else 1_000_000)
+        elif unit_ms != 1:
+            ints = pc.multiply(ints, unit_ms)
+    elif pa.types.is_integer(t) or pa.types.is_null(t):
+        ints = column.cast(pa.int64())
+    else:
+        raise SerializationError(
+            f"send_batch: column 'timestamp' must be a timestamp or integer milliseconds, not {t}"
+        )
+    if ints.null_count:
+        ints = ints.fill_null(now)
+    if len(ints) and pc.min(ints).as_py() < 0:
+        raise SerializationError("send_batch: column 'timestamp' holds a negative timestamp")
+    return ints.cast(TIMESTAMP_TYPE)
 
 
 def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:

@@ -1,0 +1,305 @@
+"""The producer's record accumulator: columns, not record objects.
+
+``send`` appends a record's fields to per-table column lists (:class:`RecordColumns`).
+Sealing turns those lists into one Arrow table, chooses every row's partition at once
+(vectorised murmur2 of the keys, the sticky partition for null keys), sorts the rows by
+partition and queues each partition's rows as a :class:`Run`. ``send_batch`` queues runs
+of the caller's Arrow data directly. The sender cuts a partition's queued runs into
+segments of at most ``max_request_size`` record bytes (:meth:`PartitionQueue.take`).
+
+Sizes come in two kinds: *record bytes* (:func:`txntable.records.record_sizes`, Kafka's
+serialized size, which ``batch_size`` and ``max_request_size`` limit) and *memory bytes*
+(what the buffered rows occupy in this process, which ``buffer_memory`` limits).
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txntable.futures import ProduceResult
+from txntable.partitioner import StickyPartitioner, partitions_for_keys
+from txntable.records import (
+    HEADERS_TYPE,
+    SEGMENT_SCHEMA,
+    TIMESTAMP_TYPE,
+    Header,
+    empty_headers,
+)
+
+#: Memory a record sent with ``send`` costs beyond its key and value bytes while it waits
+#: as Python objects: two ``bytes`` headers (33 B each), two list slots (8 B each, with
+#: the lists' growth slack), the timestamp and partition slots (12 B).
+PY_RECORD_OVERHEAD = 100
+#: Memory per queued row beyond its Arrow buffers: its record size and row number (int64
+#: each), and its batch's partition, offset and timestamp slots.
+ROW_BOOKKEEPING = 36
+
+
+class RecordColumns:
+    """Records of one table sent with ``send`` and not sealed yet, as column lists."""
+
+    __slots__ = (
+        "keys",
+        "values",
+        "timestamps",
+        "partitions",
+        "headers",
+        "record_bytes",
+        "memory",
+        "created",
+        "result",
+    )
+
+    def __init__(self, topic: str) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps = array("q")
+        self.partitions = array("i")  # -1: choose by key
+        self.headers: dict[int, tuple[Header, ...]] = {}  # sparse: most records have none
+        self.record_bytes = 0
+        self.memory = 0
+        self.created = time.monotonic()
+        self.result = ProduceResult(topic)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def to_table(self) -> pa.Table:
+        """The records as one Arrow table in the segment schema (one copy, no row loop)."""
+        n = len(self.keys)
+        if self.headers:
+            empty: tuple[Header, ...] = ()
+            headers = pa.array(
+                [
+                    [{"key": k, "value": v} for k, v in self.headers.get(i, empty)]
+                    for i in range(n)
+                ],
+                HEADERS_TYPE,
+            )
+        else:
+            headers = empty_headers(n)
+        return pa.table(
+            {
+                "key": pa.array(self.keys, pa.binary()),
+                "value": pa.array(self.values, pa.binary()),
+                "headers": headers,
+                "timestamp": pa.array(self.timestamp_array(), TIMESTAMP_TYPE),
+            },
+            schema=SEGMENT_SCHEMA,
+        )
+
+    def timestamp_array(self) -> np.ndarray:
+        """The timestamps as int64 (a view of the buffer, no copy)."""
+        return np.frombuffer(self.timestamps, dtype=np.int64)
+
+    def partition_array(self) -> np.ndarray:
+        """Explicit partitions as int32, -1 where the key decides."""
+        return np.frombuffer(self.partitions, dtype=np.int32)
+
+
+@dataclass(eq=False)
+class Run:
+    """Consecutive rows of one partition from one batch, waiting to be written.
+
+    Attributes:
+        table: The rows, in offset order.
+        sizes: Record bytes of each row.
+        rows: Each row's number in ``result``.
+        result: The batch the rows belong to.
+        memory: Buffer memory the rows hold.
+    """
+
+    table: pa.Table
+    sizes: np.ndarray
+    rows: np.ndarray
+    result: ProduceResult
+    memory: int
+    record_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.record_bytes = int(self.sizes.sum())
+
+    def split(self, k: int) -> tuple[Run, Run]:
+        """The first ``k`` rows and the rest (memory shared in proportion)."""
+        n = len(self.rows)
+        head_memory = self.memory * k // n
+        return (
+            Run(self.table.slice(0, k), self.sizes[:k], self.rows[:k], self.result, head_memory),
+            Run(
+                self.table.slice(k),
+                self.sizes[k:],
+                self.rows[k:],
+                self.result,
+                self.memory - head_memory,
+            ),
+        )
+
+
+class PartitionQueue:
+    """Runs queued for one partition, oldest first."""
+
+    def __init__(self) -> None:
+        self.runs: deque[Run] = deque()
+        self.record_bytes = 0
+        self.created = 0.0
+
+    def push(self, run: Run) -> None:
+        """Queue ``run`` behind the others."""
+        if not self.runs:
+            self.created = time.monotonic()
+        self.runs.append(run)
+        self.record_bytes += run.record_bytes
+
+    def take(self, limit: int) -> list[Run]:
+        """Dequeue the oldest rows holding at most ``limit`` record bytes (at least one row)."""
+        out: list[Run] = []
+        total = 0
+        while self.runs:
+            run = self.runs[0]
+            if total + run.record_bytes <= limit:
+                out.append(self.runs.popleft())
+                total += run.record_bytes
+                continue
+            fits = int(np.searchsorted(np.cumsum(run.sizes), limit - total, side="right"))
+            if fits == 0 and out:
+                break
+            head, tail = run.split(max(fits, 1))
+            out.append(head)
+            total += head.record_bytes
+            self.runs[0] = tail
+            break
+        self.record_bytes -= total
+        if self.runs:
+            self.created = time.monotonic()
+        return out
+
+
+@dataclass(eq=False)
+class Segment:
+    """The runs of one partition that become one segment (one producer batch)."""
+
+    partition: int
+    runs: list[Run]
+    settled: bool = False
+
+    @property
+    def count(self) -> int:
+        """Number of records."""
+        return sum(len(r.rows) for r in self.runs)
+
+    @property
+    def memory(self) -> int:
+        """Buffer memory the segment's rows hold."""
+        return sum(r.memory for r in self.runs)
+
+    def table(self) -> pa.Table:
+        """The records, in offset order (zero-copy: chunks of the runs' tables)."""
+        return pa.concat_tables([r.table for r in self.runs])
+
+    def results(self) -> set[ProduceResult]:
+        """The batches the segment's rows come from."""
+        return {r.result for r in self.runs}
+
+    def resolve(self, base_offset: int) -> None:
+        """The segment was committed at ``base_offset``: settle its rows."""
+        self.settled = True
+        at = base_offset
+        for run in self.runs:
+            run.result.resolve(run.rows, self.partition, at)
+            at += len(run.rows)
+
+    def fail(self, error: BaseException) -> None:
+        """The segment will never be committed: fail its rows."""
+        self.settled = True
+        for run in self.runs:
+            run.result.fail(len(run.rows), error)
+
+
+def timestamp_range(table: pa.Table) -> tuple[int, int]:
+    """Smallest and largest timestamp of a non-empty segment table, in milliseconds."""
+    bounds = pc.min_max(table.column("timestamp").cast(pa.int64()))
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+
+
+def choose_partitions(
+    keys: pa.ChunkedArray | pa.Array,
+    explicit: np.ndarray | None,
+    sizes: np.ndarray,
+    topic: str,
+    num_partitions: int,
+    sticky: StickyPartitioner,
+    run_limit: int,
+) -> np.ndarray:
+    """Every row's partition: explicit if given (>= 0), else by key, else sticky.
+
+    Rows with neither an explicit partition nor a key go to the table's sticky partition;
+    every ``run_limit`` record bytes of them the sticky partition moves on (KIP-480 moves
+    it after each batch, and a batch holds at most ``max_request_size`` bytes).
+    """
+    n = len(sizes)
+    out = np.full(n, -1, dtype=np.int32) if explicit is None else explicit.copy()
+    by_key = np.flatnonzero(out < 0) if explicit is not None else None
+    if by_key is None:
+        if keys.null_count < n:
+            out = partitions_for_keys(keys, num_partitions)
+    elif by_key.size:
+        keyed = keys.take(pa.array(by_key)) if by_key.size < n else keys
+        out[by_key] = partitions_for_keys(keyed, num_partitions)
+    stuck = np.flatnonzero(out < 0)
+    if stuck.size:
+        before = np.cumsum(sizes[stuck]) - sizes[stuck]
+        run_of = before // max(run_limit, 1)
+        choices = sticky.partitions(topic, int(run_of[-1]) + 1, num_partitions)
+        out[stuck] = np.asarray(choices, dtype=np.int32)[run_of]
+    return out
+
+
+def seal(
+    table: pa.Table,
+    sizes: np.ndarray,
+    partitions: np.ndarray,
+    result: ProduceResult,
+    first_row: int,
+) -> list[tuple[int, Run]]:
+    """Split rows into one run per partition, in their order (one ``take``, no row loop).
+
+    Args:
+        table: Rows in the segment schema.
+        sizes: Their record bytes.
+        partitions: Their partitions.
+        result: Their batch.
+        first_row: Number of the first row in ``result``.
+
+    Returns:
+        ``(partition, run)`` pairs, by partition.
+    """
+    n = table.num_rows
+    result.place(np.arange(first_row, first_row + n), partitions)
+    if n == 0:
+        return []
+    first = int(partitions[0])
+    if (partitions == first).all():
+        rows = np.arange(first_row, first_row + n, dtype=np.int64)
+        return [(first, Run(table, sizes, rows, result, table.nbytes + n * ROW_BOOKKEEPING))]
+    narrow = partitions.astype(np.int16) if partitions.max() < 1 << 15 else partitions
+    order = np.argsort(narrow, kind="stable")  # a radix sort for 16-bit partitions
+    ordered = table.take(pa.array(order))
+    counts = np.bincount(partitions, minlength=int(partitions.max()) + 1)
+    total_memory = ordered.nbytes + n * ROW_BOOKKEEPING
+    runs: list[tuple[int, Run]] = []
+    at = 0
+    for partition in np.flatnonzero(counts):
+        k = int(counts[partition])
+        rows = order[at : at + k] + first_row
+        memory = total_memory * k // n
+        run = Run(ordered.slice(at, k), sizes[order[at : at + k]], rows, result, memory)
+        runs.append((int(partition), run))
+        at += k
+    return runs
