@@ -254,11 +254,25 @@ def choose_partitions(
         out[by_key] = partitions_for_keys(keyed, num_partitions)
     stuck = np.flatnonzero(out < 0)
     if stuck.size:
-        before = np.cumsum(sizes[stuck]) - sizes[stuck]
-        run_of = before // max(run_limit, 1)
-        choices = sticky.partitions(topic, int(run_of[-1]) + 1, num_partitions)
+        ends = greedy_cuts(sizes[stuck], run_limit)
+        choices = sticky.partitions(topic, len(ends), num_partitions)
+        run_of = np.repeat(np.arange(len(ends)), np.diff(ends, prepend=0))
         out[stuck] = np.asarray(choices, dtype=np.int32)[run_of]
     return out
+
+
+def greedy_cuts(sizes: np.ndarray, limit: int) -> list[int]:
+    """End indices of consecutive groups of rows, each as many rows as fit in ``limit``
+    bytes (at least one): the cuts a segment writer makes. Work per group, not per row."""
+    cumulative = np.cumsum(sizes)
+    ends: list[int] = []
+    start, done = 0, 0
+    while start < len(sizes):
+        end = max(start + 1, int(np.searchsorted(cumulative, done + limit, side="right")))
+        ends.append(end)
+        done = int(cumulative[end - 1])
+        start = end
+    return ends
 
 
 def seal(

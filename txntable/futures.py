@@ -129,11 +129,7 @@ class ProduceResult:
         count = len(rows)
         with self._lock:
             self.offsets[rows] = np.arange(base_offset, base_offset + count, dtype=np.int64)
-            last = self.segments[-1] if self.segments else None
-            if last and (last.partition, last.base_offset + last.count) == (partition, base_offset):
-                self.segments[-1] = SegmentOffsets(partition, last.base_offset, last.count + count)
-            else:
-                self.segments.append(SegmentOffsets(partition, base_offset, count))
+            self.segments.append(SegmentOffsets(partition, base_offset, count))
             self._pending -= count
             finished = self._pending == 0
         if finished:

@@ -32,6 +32,7 @@ from txntable.accumulator import (
     Run,
     Segment,
     choose_partitions,
+    greedy_cuts,
     seal,
     timestamp_range,
 )
@@ -599,12 +600,8 @@ class Producer:
                 f"row {row} is a record of {int(sizes[row])} bytes, larger than "
                 f"max_request_size {self.max_request_size}; nothing was sent"
             )
-        ends = np.cumsum(sizes)
         start = 0
-        while start < n:
-            # The piece: rows up to _piece_bytes record bytes (at least one).
-            done = int(ends[start - 1]) if start else 0
-            stop = max(start + 1, int(np.searchsorted(ends, done + self._piece_bytes, "right")))
+        for stop in greedy_cuts(sizes, self._piece_bytes):
             piece = table.slice(start, stop - start)
             copies = 1 if partition is None else 0  # sorting rows by partition copies them
             estimate = piece.nbytes * (1 + copies) + (stop - start) * ROW_BOOKKEEPING

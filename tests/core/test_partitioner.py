@@ -60,3 +60,31 @@ def test_sticky_partitioner() -> None:
     assert single.partition("u", None, 1) == 0
     single.on_new_batch("u", 1)
     assert single.partition("u", None, 1) == 0
+
+
+def test_vectorised_murmur2_equals_the_scalar_one() -> None:
+    import random
+
+    import pyarrow as pa
+
+    from txntable.partitioner import murmur2_array, partitions_for_keys
+
+    rng = random.Random(20260801)
+    keys: list[bytes | None] = [
+        rng.randbytes(rng.randrange(65)) for _ in range(5000)
+    ] + [None, b"", None] + sorted(VECTORS)
+    array = pa.array(keys, pa.binary())
+    expected = [murmur2(k) if k is not None else 0 for k in keys]
+    assert murmur2_array(array).tolist() == expected
+    assert murmur2_array(array.slice(1234, 777)).tolist() == expected[1234:2011]
+    assert murmur2_array(pa.chunked_array([array[:10], array[10:]])).tolist() == expected
+    for key, hashed in VECTORS.items():  # Kafka's vectors through the vectorised path
+        assert murmur2_array(pa.array([key] * 3, pa.binary())).tolist() == [hashed] * 3
+    for partitions in (1, 3, 8, 100):
+        got = partitions_for_keys(array, partitions).tolist()
+        assert got == [partition_for_key(k, partitions) if k is not None else -1 for k in keys]
+    same_length = [rng.randbytes(16) for _ in range(3000)]  # the contiguous fast path
+    assert murmur2_array(pa.array(same_length, pa.binary())).tolist() == [
+        murmur2(k) for k in same_length
+    ]
+    assert murmur2_array(pa.array([], pa.binary())).tolist() == []
