@@ -7,7 +7,6 @@ computes them as the batch's base offset plus the row index.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +115,7 @@ def encode_table(table: pa.Table) -> bytes:
     zstd; no dictionary encoding or statistics for ``key`` and ``value``: they are mostly
     distinct, readers never filter on them, and both cost a pass over every byte.
     """
-    sink = io.BytesIO()
+    sink = pa.BufferOutputStream()  # Arrow memory, not a Python buffer grown by realloc
     pq.write_table(
         table,
         sink,
@@ -124,7 +123,7 @@ def encode_table(table: pa.Table) -> bytes:
         use_dictionary=["headers.list.item.key", "timestamp"],
         write_statistics=["timestamp"],
     )
-    return sink.getvalue()
+    return sink.getvalue().to_pybytes()
 
 
 def empty_headers(n: int) -> pa.Array:
