@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
+from txntable import config
 from txntable.actions import (
     READER_VERSION,
     WRITER_VERSION,
@@ -107,9 +108,15 @@ class Warehouse:
             if not name.startswith("_") and self.store.exists(f"{name}/_log/{0:020d}.json")
         ]
 
-    def recover(self, now: int | None = None) -> RecoveryReport:
-        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`)."""
-        return recover(self.store, now=now)
+    def recover(
+        self, now: int | None = None, timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT
+    ) -> RecoveryReport:
+        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`).
+
+        Raises:
+            KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
+        """
+        return recover(self.store, now=now, timeout_ms=timeout_ms)
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"

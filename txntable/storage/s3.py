@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 import boto3
+import pyarrow as pa
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -396,30 +397,38 @@ class S3Store(Store):
             return StoredObject(data, _strip_etag(response["ETag"]))
 
     def put_data_file(self, key: str, data: bytes) -> None:
-        """Write a segment through ``pyarrow.fs.S3FileSystem`` (what Spark executors use)."""
+        """Write a segment through ``pyarrow.fs.S3FileSystem`` (what Spark executors use).
+
+        Raises:
+            TransientStorageError: The write failed and may be retried.
+            StorageError: pyarrow refused it otherwise (e.g. its S3 client was finalized
+                at interpreter exit).
+        """
         path = self._arrow_path(key)
-        fs = self._arrow_fs()
         try:
-            with fs.open_output_stream(path) as out:
+            with self._arrow_fs().open_output_stream(path) as out:
                 out.write(data)
         except OSError as exc:
             # Plain puts are idempotent: a caller retrying a transient error is safe.
             raise TransientStorageError(
                 f"PUT s3://{path}: {self._redact(str(exc))}"
             ) from None
+        except pa.ArrowException as exc:
+            raise StorageError(f"PUT s3://{path}: {self._redact(str(exc))}") from None
 
     def get_data_file(self, key: str) -> bytes:
         """Read a segment through ``pyarrow.fs.S3FileSystem``."""
         path = self._arrow_path(key)
-        fs = self._arrow_fs()
         try:
-            with fs.open_input_stream(path) as f:
+            with self._arrow_fs().open_input_stream(path) as f:
                 data: bytes = f.read()
             return data
         except FileNotFoundError:
             raise ObjectNotFoundError(key) from None
         except OSError as exc:
             raise TransientStorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
+        except pa.ArrowException as exc:
+            raise StorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
 
     def _arrow_path(self, key: str) -> str:
         return f"{self.bucket}/{self._full_key(key)}"
