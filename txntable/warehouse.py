@@ -34,7 +34,9 @@ class Warehouse:
     Args:
         url: ``file:///path`` or a plain path (local disk, the default), ``memory://name``,
             ``s3://bucket/prefix``.
-        storage_options: Backend options (endpoint, region, credentials, …).
+        storage_options: Backend options (endpoint, region, credentials, …); an option the
+            backend does not know is refused (see
+            :func:`~txntable.storage.storage_option_names`).
         store: A store to use instead of opening ``url`` (e.g. a counting or fault-injecting
             wrapper).
     """
@@ -45,6 +47,11 @@ class Warehouse:
         storage_options: Mapping[str, str] | None = None,
         store: Store | None = None,
     ) -> None:
+        if store is not None and storage_options:
+            raise InvalidConfigurationError(
+                "storage_options configure the store opened from a url; a given store is "
+                "used as it is"
+            )
         if store is None:
             if url is None:
                 raise InvalidConfigurationError("Warehouse needs a url or a store")

@@ -49,7 +49,13 @@ from txntable.errors import (
     StorageError,
     TransientStorageError,
 )
-from txntable.storage.base import ObjectInfo, Store, StoredObject, validate_key
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    refuse_unknown_options,
+    validate_key,
+)
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -88,7 +94,8 @@ S3_RETRY_MAX_DELAY_MS_DEFAULT = "5000"
 S3_MAX_POOL_CONNECTIONS = "s3.max-pool-connections"
 S3_MAX_POOL_CONNECTIONS_DEFAULT = "32"
 
-_KNOWN_OPTIONS = frozenset(
+#: Every option an S3 store accepts; any other key is refused.
+S3_OPTIONS = frozenset(
     {
         S3_ENDPOINT,
         S3_REGION,
@@ -203,12 +210,12 @@ class S3Store(Store):
 
     Args:
         url: ``s3://bucket/prefix`` (``s3a://`` is accepted and normalised to ``s3://``).
-        storage_options: ``S3_*`` options of this module; other keys are ignored.
+        storage_options: ``S3_*`` options of this module (:data:`S3_OPTIONS`).
 
     Raises:
         InvalidPathError: If the URL is malformed, or the endpoint is plain HTTP without
             ``s3.allow-http``.
-        ValueError: If an option has a malformed value.
+        InvalidConfigurationError: If an option is unknown or has a malformed value.
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, str] | None = None) -> None:
@@ -217,9 +224,8 @@ class S3Store(Store):
         self._base = f"{self.prefix}/" if self.prefix else ""
         self._options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         opts = self._options
-        for name in opts:
-            if name.startswith("s3.") and name not in _KNOWN_OPTIONS:
-                log.warning("ignoring unknown storage option %s", name)
+        # A typo must not fall back to a default (AWS itself, the default credential chain).
+        refuse_unknown_options("S3", opts, S3_OPTIONS)
 
         allow_http = opts.get(S3_ALLOW_HTTP, S3_ALLOW_HTTP_DEFAULT)
         self._allow_http = _parse_bool(S3_ALLOW_HTTP, allow_http)
