@@ -357,6 +357,11 @@ class Producer:
 
         The offsets become the group's committed offsets only with the COMMIT marker; after
         an abort, or if this producer is fenced, they never become visible.
+
+        Raises:
+            KafkaTimeoutError: Storage kept failing for ``max_block_ms``; the transaction
+                must be aborted.
+            ProducerFencedError: The producer was fenced.
         """
         txn = self._require_txn()
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
@@ -462,6 +467,7 @@ class Producer:
         Raises:
             RecordTooLargeError: The record is larger than ``max_request_size``.
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
+            KafkaTimeoutError: The table's first load kept failing for ``max_block_ms``.
             InvalidTxnStateError: A transactional producer is not in a transaction.
             ProducerFencedError: The producer was fenced.
         """
@@ -479,7 +485,9 @@ class Producer:
             raise RecordTooLargeError(
                 f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
             )
-        table = self._blocking(f"loading table {topic}", lambda: self._table(topic))
+        table = self._tables.get(topic) or self._blocking(
+            f"loading table {topic}", lambda: self._table(topic)
+        )
         n = table.num_partitions
         if partition is None:
             partition = self._partitioner.partition(topic, record.key, n)
