@@ -72,6 +72,18 @@ def flaky(memory_store: Store) -> FlakyReads:
     return FlakyReads(memory_store)
 
 
+def in_transaction(
+    store: Store, make_producer: MakeProducer, **kwargs: object
+) -> tuple[Warehouse, Producer]:
+    """A one-partition table ``t`` and a producer ``tx`` inside a transaction."""
+    wh = Warehouse(store=store)
+    wh.create_table("t", partitions=1)
+    p = make_producer(wh, transactional_id="tx", **kwargs)
+    p.init_transactions()
+    p.begin_transaction()
+    return wh, p
+
+
 # --- 1. an abort that waits for a failing batch ------------------------------------------------
 
 
@@ -79,11 +91,7 @@ def test_abort_waiting_for_a_failing_batch_ends_ready(
     fault_store: ReadFaultStore, make_producer: MakeProducer
 ) -> None:
     """Storage fails longer than delivery_timeout_ms while abort waits for the batch."""
-    wh = Warehouse(store=fault_store)
-    wh.create_table("t", partitions=1)
-    p = make_producer(wh, transactional_id="tx", linger_ms=0, delivery_timeout_ms=300)
-    p.init_transactions()
-    p.begin_transaction()
+    wh, p = in_transaction(fault_store, make_producer, linger_ms=0, delivery_timeout_ms=300)
     fault = fault_store.fail_before_write(lambda k: k.endswith(".parquet"), times=10_000)
     lost = p.send("t", value=b"lost", partition=0)
     deadline = time.monotonic() + 10
@@ -105,11 +113,7 @@ def test_abort_whose_end_txn_fails_can_be_called_again(
     fault_store: ReadFaultStore, make_producer: MakeProducer
 ) -> None:
     """A failing EndTxn leaves the abort resumable: the same call finishes it."""
-    wh = Warehouse(store=fault_store)
-    wh.create_table("t", partitions=1)
-    p = make_producer(wh, transactional_id="tx", delivery_timeout_ms=200)
-    p.init_transactions()
-    p.begin_transaction()
+    wh, p = in_transaction(fault_store, make_producer, delivery_timeout_ms=200)
     p.send("t", value=b"aborted", partition=0)
     p.flush()
     fault_store.fail_before_write(lambda k: k.startswith("_coordinator/txn/"), times=10_000)
@@ -166,11 +170,7 @@ def test_send_gives_up_after_max_block_ms(flaky: FlakyReads, make_producer: Make
 def test_send_offsets_to_transaction_retries(
     fault_store: ReadFaultStore, make_producer: MakeProducer, failing: str
 ) -> None:
-    wh = Warehouse(store=fault_store)
-    wh.create_table("t", partitions=1)
-    p = make_producer(wh, transactional_id="tx", max_block_ms=10_000)
-    p.init_transactions()
-    p.begin_transaction()
+    wh, p = in_transaction(fault_store, make_producer, max_block_ms=10_000)
     p.send("t", value=b"v", partition=0)
     p.flush()
     group_v0 = "_groups/g/_log/00000000000000000000.json"
@@ -201,11 +201,7 @@ def test_send_offsets_to_transaction_retries(
 def test_send_offsets_to_transaction_times_out(
     fault_store: ReadFaultStore, make_producer: MakeProducer
 ) -> None:
-    wh = Warehouse(store=fault_store)
-    wh.create_table("t", partitions=1)
-    p = make_producer(wh, transactional_id="tx", max_block_ms=200)
-    p.init_transactions()
-    p.begin_transaction()
+    wh, p = in_transaction(fault_store, make_producer, max_block_ms=200)
     fault_store.fail_before_write(lambda k: k.startswith("_groups/"), times=10_000)
     tp = TopicPartition("t", 0)
     with pytest.raises(KafkaTimeoutError, match="max_block_ms=200"):

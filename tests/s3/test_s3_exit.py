@@ -67,37 +67,43 @@ def committed_values(wh: Warehouse) -> list[tuple[int, bytes | None]]:
     return out
 
 
-def assert_clean(result: subprocess.CompletedProcess[str]) -> None:
+def exit_cleanly(s3_location: S3Location, wh: Warehouse, body: str) -> str:
+    """Create table ``t``; run ``body`` in a child that exits without closing the producer.
+
+    Returns:
+        The child's stdout followed by its stderr, once checked for untyped errors.
+    """
+    wh.create_table("t", partitions=1)
+    result = run_child(s3_location, body)
     assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert "ArrowInvalid" not in result.stderr, result.stderr
-    assert "Exception ignored" not in result.stderr, result.stderr
+    for untyped in ("Traceback", "ArrowInvalid", "Exception ignored"):
+        assert untyped not in result.stderr, result.stderr
+    return result.stdout + result.stderr
 
 
 def test_buffered_records_at_exit_fail_typed_and_nothing_is_written(
     s3_location: S3Location, s3_wh: Warehouse
 ) -> None:
-    s3_wh.create_table("t", partitions=1)
-    result = run_child(
+    output = exit_cleanly(
         s3_location,
+        s3_wh,
         """
         p = Producer(wh, linger_ms=300)  # the batch would become due during shutdown
         futures = [p.send("t", value=b"%d" % i, partition=0) for i in range(10)]
         print("sent", flush=True)
         """,
     )
-    assert_clean(result)
-    assert result.stdout == "sent\n"
-    assert "was not closed before exit: 10 buffered records were not sent" in result.stderr
+    assert output.startswith("sent\n")
+    assert "was not closed before exit: 10 buffered records were not sent" in output
     assert committed_values(s3_wh) == []
 
 
 def test_batch_in_flight_at_exit_is_finished_cleanly(
     s3_location: S3Location, s3_wh: Warehouse
 ) -> None:
-    s3_wh.create_table("t", partitions=1)
-    result = run_child(
+    exit_cleanly(
         s3_location,
+        s3_wh,
         """
         p = Producer(wh, linger_ms=0, batch_size=1)
         first = p.send("t", value=b"0", partition=0)
@@ -106,7 +112,6 @@ def test_batch_in_flight_at_exit_is_finished_cleanly(
         print("sent", flush=True)
         """,
     )
-    assert_clean(result)
     # Whatever the sender had taken when the process exited landed whole, in order; the
     # rest was never written.
     values = committed_values(s3_wh)
@@ -116,9 +121,9 @@ def test_batch_in_flight_at_exit_is_finished_cleanly(
 def test_open_transaction_at_exit_is_left_to_its_timeout(
     s3_location: S3Location, s3_wh: Warehouse
 ) -> None:
-    s3_wh.create_table("t", partitions=1)
-    result = run_child(
+    output = exit_cleanly(
         s3_location,
+        s3_wh,
         """
         p = Producer(wh, transactional_id="exits", transaction_timeout_ms=1)
         p.init_transactions()
@@ -128,8 +133,7 @@ def test_open_transaction_at_exit_is_left_to_its_timeout(
         p.send("t", value=b"y", partition=0)
         """,
     )
-    assert_clean(result)
-    assert "producer exits was not closed before exit: 1 buffered records" in result.stderr
+    assert "producer exits was not closed before exit: 1 buffered records" in output
     part = s3_wh.table("t").describe().partitions[0]
     assert (part.high_watermark, part.last_stable_offset) == (1, 0)
     assert s3_wh.recover().timed_out == ["exits"]
