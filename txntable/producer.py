@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
@@ -87,9 +87,9 @@ _log = logging.getLogger(__name__)
 
 _BYTES = (bytes, bytearray, memoryview)
 _time = time.time
-#: Segments of one round encoded and written in parallel (pyarrow and the stores release
-#: the GIL; on object storage this overlaps request latency).
-_SEGMENT_WRITERS = 2
+#: Segment puts of one round in flight at once (on object storage this overlaps request
+#: latency, on local disk the fsyncs).
+_SEGMENT_PUTS = 4
 
 
 def _return_freed_memory() -> None:
@@ -991,8 +991,7 @@ class Producer:
             self._sequences.clear()
 
     def _write_segments(self, topic: str, segments: list[Segment]) -> list[PendingBatch]:
-        """Write one segment per partition (in parallel); assign sequences (once, kept on
-        retry)."""
+        """Write one segment per partition; assign sequences (once, kept on retry)."""
         table = self._table(topic)
         sequences = []
         for segment in segments:
@@ -1003,51 +1002,57 @@ class Producer:
                 self._sequences[tp] = (seq + segment.count) % (2**31)
             sequences.append(seq)
 
-        def write(segment: Segment, seq: int) -> PendingBatch:
-            rows = segment.table()
-            data = encode_table(rows)
+        # Encoding here, one segment after the other (pyarrow releases the GIL, so callers
+        # keep running), puts on the pool as each is ready: object-store latency (and fsync
+        # on local disk) overlaps, and only this thread allocates Arrow memory.
+        pending: list[PendingBatch] = []
+        puts: list[Future[None]] = []
+        try:
+            for segment, seq in zip(segments, sequences, strict=True):
+                rows = segment.table()
+                data = encode_table(rows)
+                low, high = timestamp_range(rows)
+                path = table.segment_key(segment.partition, new_segment_name())
+                puts.append(self._submit_put(path, data))
+                pending.append(
+                    PendingBatch(
+                        partition=segment.partition,
+                        path=path,
+                        count=rows.num_rows,
+                        size=len(data),
+                        producer_id=self.producer_id,
+                        producer_epoch=self.producer_epoch,
+                        base_sequence=seq,
+                        transactional=self.txn is not None,
+                        min_timestamp=low,
+                        max_timestamp=high,
+                        transactional_id=self.transactional_id,
+                    )
+                )
             _return_freed_memory()
-            path = table.segment_key(segment.partition, new_segment_name())
-            with self._cond:
-                self._queued_memory += len(data)  # encoded and in flight
-            try:
-                self._put_segment(path, data)
-            finally:
-                self._release(len(data))
-            low, high = timestamp_range(rows)
-            return PendingBatch(
-                partition=segment.partition,
-                path=path,
-                count=rows.num_rows,
-                size=len(data),
-                producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch,
-                base_sequence=seq,
-                transactional=self.txn is not None,
-                min_timestamp=low,
-                max_timestamp=high,
-                transactional_id=self.transactional_id,
-            )
-
-        pending = self._map(write, segments, sequences)
+        finally:
+            errors = [f.exception() for f in puts]  # every put ends before this returns
+        for error in errors:
+            if error is not None:
+                raise error
         for _ in segments:
             self._partitioner.on_new_batch(topic, table.num_partitions)
         return pending
 
-    def _map(
-        self, fn: Callable[[Segment, int], PendingBatch], segments: list[Segment], seqs: list[int]
-    ) -> list[PendingBatch]:
-        """``fn`` over the segments on the writer pool; raise the first error once all ended."""
-        if len(segments) == 1:
-            return [fn(segments[0], seqs[0])]
+    def _submit_put(self, path: str, data: bytes) -> Future[None]:
+        """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
+        with self._cond:
+            self._queued_memory += len(data)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(_SEGMENT_WRITERS, thread_name_prefix="txntable-put")
-        futures = [self._pool.submit(fn, s, q) for s, q in zip(segments, seqs, strict=True)]
-        errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
-        return [f.result() for f in futures]
+            self._pool = ThreadPoolExecutor(_SEGMENT_PUTS, thread_name_prefix="txntable-put")
+
+        def put() -> None:
+            try:
+                self._put_segment(path, data)
+            finally:
+                self._release(len(data))
+
+        return self._pool.submit(put)
 
     def _send_table(self, topic: str, segments: list[Segment]) -> None:
         self._ensure_producer_id()
