@@ -15,7 +15,6 @@ serialized size, which ``batch_size`` and ``max_request_size`` limit) and *memor
 from __future__ import annotations
 
 import time
-from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -33,10 +32,10 @@ from txntable.records import (
     empty_headers,
 )
 
-#: Memory a record sent with ``send`` costs beyond its key and value bytes while it waits
-#: as Python objects: two ``bytes`` headers (33 B each), two list slots (8 B each, with
-#: the lists' growth slack), the timestamp and partition slots (12 B).
-PY_RECORD_OVERHEAD = 100
+#: Memory a record sent with ``send`` costs beyond its record bytes while it waits as
+#: Python objects: two ``bytes`` headers (33 B each), four list slots (8 B each, with the
+#: lists' growth slack) and its timestamp's ``int`` (32 B).
+PY_RECORD_OVERHEAD = 140
 #: Memory per queued row beyond its Arrow buffers: its record size and row number (int64
 #: each), and its batch's partition, offset and timestamp slots.
 ROW_BOOKKEEPING = 36
@@ -52,24 +51,31 @@ class RecordColumns:
         "partitions",
         "headers",
         "record_bytes",
-        "memory",
+        "budget",
         "created",
         "result",
     )
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, budget: int) -> None:
+        # Plain lists: one list append is the cheapest thing a Python call can do per field.
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.timestamps = array("q")
-        self.partitions = array("i")  # -1: choose by key
+        self.timestamps: list[int] = []
+        self.partitions: list[int] = []  # -1: choose by key
         self.headers: dict[int, tuple[Header, ...]] = {}  # sparse: most records have none
         self.record_bytes = 0
-        self.memory = 0
+        #: Memory these records may reach before the producer's buffer is checked again.
+        self.budget = budget
         self.created = time.monotonic()
         self.result = ProduceResult(topic)
 
     def __len__(self) -> int:
         return len(self.keys)
+
+    @property
+    def memory(self) -> int:
+        """Buffer memory the records occupy."""
+        return self.record_bytes + len(self.keys) * PY_RECORD_OVERHEAD
 
     def to_table(self) -> pa.Table:
         """The records as one Arrow table in the segment schema (one copy, no row loop)."""
@@ -96,12 +102,12 @@ class RecordColumns:
         )
 
     def timestamp_array(self) -> np.ndarray:
-        """The timestamps as int64 (a view of the buffer, no copy)."""
-        return np.frombuffer(self.timestamps, dtype=np.int64)
+        """The timestamps as int64."""
+        return np.array(self.timestamps, dtype=np.int64)
 
     def partition_array(self) -> np.ndarray:
         """Explicit partitions as int32, -1 where the key decides."""
-        return np.frombuffer(self.partitions, dtype=np.int32)
+        return np.array(self.partitions, dtype=np.int32)
 
 
 @dataclass(eq=False)

@@ -210,7 +210,6 @@ class Producer:
         self._seal_lock = threading.Lock()  # one sealer at a time: keeps partitions in order
         self._cond = threading.Condition()  # queues, memory, rounds in flight, flush
         self._open: dict[str, RecordColumns] = {}
-        self._open_memory = 0  # under _lock
         self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._queued_memory = 0  # under _cond: queued and in-flight rows, encoded segments
         self._sending: list[Segment] = []  # the round in flight
@@ -569,13 +568,16 @@ class Producer:
             partition = -1
         elif partition.__class__ is not int or not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
-        memory = size + PY_RECORD_OVERHEAD
-        if self._open_memory + self._queued_memory + memory > self.buffer_memory:
-            self._wait_for_memory(topic, memory, reserve=False)
+        columns = self._open.get(topic)
+        if columns is None or (
+            columns.record_bytes + (len(columns.keys) + 1) * PY_RECORD_OVERHEAD + size
+            > columns.budget
+        ):
+            self._make_room(topic, size + PY_RECORD_OVERHEAD)
         with self._lock:
             columns = self._open.get(topic)
             if columns is None:
-                columns = self._open[topic] = RecordColumns(topic)
+                columns = self._open[topic] = RecordColumns(topic, self._free_memory())
             index = len(columns.keys)
             columns.keys.append(key)
             columns.values.append(value)
@@ -584,8 +586,6 @@ class Producer:
             if pairs:
                 columns.headers[index] = pairs
             columns.record_bytes += size
-            columns.memory += memory
-            self._open_memory += memory
             buffered = columns.record_bytes
         if buffered >= self._seal_bytes:
             self._seal(topic)
@@ -705,6 +705,24 @@ class Producer:
             self._queued_memory += sum(run.memory for _, run in runs) - reserved
             self._cond.notify_all()
 
+    def _open_memory(self) -> int:
+        return sum(c.memory for c in tuple(self._open.values()))
+
+    def _free_memory(self) -> int:
+        return self.buffer_memory - self._open_memory() - self._queued_memory
+
+    def _make_room(self, topic: str, memory: int) -> None:
+        """``send``'s slow path: its table's budget is spent; wait for memory, renew it.
+
+        Each table's open records get a budget (the buffer memory free when it was given),
+        so ``send`` compares one number per record instead of summing the buffer.
+        """
+        self._wait_for_memory(topic, memory, reserve=False)
+        with self._lock:
+            columns = self._open.get(topic)
+            if columns is not None:
+                columns.budget = columns.memory + max(self._free_memory(), memory)
+
     def _wait_for_memory(self, topic: str, memory: int, reserve: bool) -> None:
         """Block until ``memory`` more bytes fit in ``buffer_memory`` (and reserve them).
 
@@ -717,9 +735,9 @@ class Producer:
         with self._cond:
             # Something must be buffered to wait for; a reservation larger than the whole
             # buffer goes ahead alone rather than never.
-            while self._open_memory + self._queued_memory + memory > self.buffer_memory and (
-                self._open_memory + self._queued_memory > 0
-            ):
+            while (used := self._open_memory() + self._queued_memory) + memory > (
+                self.buffer_memory
+            ) and used > 0:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise BufferExhaustedError(
@@ -750,6 +768,9 @@ class Producer:
             columns = self._open.pop(topic, None)
         if columns is None:
             return
+        # The lists stay counted (as a reservation) until their Arrow copy replaces them.
+        with self._cond:
+            self._queued_memory += columns.memory
         n = len(columns)
         result = columns.result
         try:
@@ -771,12 +792,9 @@ class Producer:
             if not result.started:
                 result.start(n, columns.timestamp_array())
             result.fail(n, e)
-            with self._lock:
-                self._open_memory -= columns.memory
+            self._release(columns.memory)
             raise
-        self._enqueue(topic, runs, 0)
-        with self._lock:
-            self._open_memory -= columns.memory  # the lists are freed with ``columns``
+        self._enqueue(topic, runs, columns.memory)  # the lists are freed with ``columns``
         _return_freed_memory()
 
     def flush(self) -> None:
@@ -811,7 +829,6 @@ class Producer:
         with self._seal_lock:
             with self._lock:
                 opened, self._open = self._open, {}
-                self._open_memory -= sum(c.memory for c in opened.values())
             with self._cond:
                 runs = [run for q in self._queues.values() for run in q.runs]
                 self._queues = {}
