@@ -14,9 +14,11 @@ serialized size, which ``batch_size`` and ``max_request_size`` limit) and *memor
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,41 +30,36 @@ from txntable.records import (
     HEADERS_TYPE,
     SEGMENT_SCHEMA,
     TIMESTAMP_TYPE,
-    Header,
     empty_headers,
 )
 
 #: Memory a record sent with ``send`` costs beyond its record bytes while it waits as
-#: Python objects: two ``bytes`` headers (33 B each), four list slots (8 B each, with the
-#: lists' growth slack) and its timestamp's ``int`` (32 B).
-PY_RECORD_OVERHEAD = 140
+#: Python objects: two ``bytes`` headers (33 B each), its row tuple (88 B) and list slot
+#: (8 B, with growth slack), and the ``int`` objects of its timestamp and row number (64 B).
+PY_RECORD_OVERHEAD = 230
 #: Memory per queued row beyond its Arrow buffers: its record size and row number (int64
 #: each), and its batch's partition, offset and timestamp slots.
 ROW_BOOKKEEPING = 36
 
 
 class RecordColumns:
-    """Records of one table sent with ``send`` and not sealed yet, as column lists."""
+    """Records of one table sent with ``send`` and not sealed yet.
 
-    __slots__ = (
-        "keys",
-        "values",
-        "timestamps",
-        "partitions",
-        "headers",
-        "record_bytes",
-        "budget",
-        "created",
-        "result",
-    )
+    ``send`` takes no lock: it claims a row number (``next(counter)``, atomic) and appends
+    one tuple (atomic), inside an ``inside`` marker that the sealer waits out after closing
+    the object. Sealing turns the tuples into columns at C speed (``zip``) and Arrow arrays.
+    """
+
+    __slots__ = ("rows", "counter", "inside", "closed", "record_bytes", "budget", "created",
+                 "result")  # fmt: skip
 
     def __init__(self, topic: str, budget: int) -> None:
-        # Plain lists: one list append is the cheapest thing a Python call can do per field.
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.timestamps: list[int] = []
-        self.partitions: list[int] = []  # -1: choose by key
-        self.headers: dict[int, tuple[Header, ...]] = {}  # sparse: most records have none
+        #: ``(key, value, timestamp, partition or -1, headers or None, row number)``
+        self.rows: list[tuple[Any, ...]] = []
+        self.counter = itertools.count()
+        self.inside: list[None] = []  # one entry per send() appending right now
+        self.closed = False
+        #: Record bytes sent so far (approximate while several threads send to the table).
         self.record_bytes = 0
         #: Memory these records may reach before the producer's buffer is checked again.
         self.budget = budget
@@ -70,44 +67,51 @@ class RecordColumns:
         self.result = ProduceResult(topic)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.rows)
 
     @property
     def memory(self) -> int:
         """Buffer memory the records occupy."""
-        return self.record_bytes + len(self.keys) * PY_RECORD_OVERHEAD
+        return self.record_bytes + len(self.rows) * PY_RECORD_OVERHEAD
 
-    def to_table(self) -> pa.Table:
-        """The records as one Arrow table in the segment schema (one copy, no row loop)."""
-        n = len(self.keys)
-        if self.headers:
-            empty: tuple[Header, ...] = ()
-            headers = pa.array(
-                [
-                    [{"key": k, "value": v} for k, v in self.headers.get(i, empty)]
-                    for i in range(n)
-                ],
+    def close(self) -> None:
+        """Stop further appends and wait for those in progress (before reading ``rows``)."""
+        self.closed = True
+        while self.inside:
+            time.sleep(0)  # an appender needs the GIL for a few bytecodes
+
+    def columns(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+        """The closed rows as an Arrow table in the segment schema, their timestamps and
+        explicit partitions (-1: by key), in row-number order. No per-row Python code."""
+        n = len(self.rows)
+        if n == 0:
+            empty = SEGMENT_SCHEMA.empty_table()
+            return empty, np.zeros(0, np.int64), np.zeros(0, np.int32)
+        keys, values, stamps, parts, headers, numbers = zip(*self.rows, strict=True)
+        if any(h is not None for h in headers):
+            header_column = pa.array(
+                [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers],
                 HEADERS_TYPE,
             )
         else:
-            headers = empty_headers(n)
-        return pa.table(
+            header_column = empty_headers(n)
+        timestamps = np.array(stamps, dtype=np.int64)
+        partitions = np.array(parts, dtype=np.int32)
+        table = pa.table(
             {
-                "key": pa.array(self.keys, pa.binary()),
-                "value": pa.array(self.values, pa.binary()),
-                "headers": headers,
-                "timestamp": pa.array(self.timestamp_array(), TIMESTAMP_TYPE),
+                "key": pa.array(keys, pa.binary()),
+                "value": pa.array(values, pa.binary()),
+                "headers": header_column,
+                "timestamp": pa.array(timestamps, TIMESTAMP_TYPE),
             },
             schema=SEGMENT_SCHEMA,
         )
-
-    def timestamp_array(self) -> np.ndarray:
-        """The timestamps as int64."""
-        return np.array(self.timestamps, dtype=np.int64)
-
-    def partition_array(self) -> np.ndarray:
-        """Explicit partitions as int32, -1 where the key decides."""
-        return np.array(self.partitions, dtype=np.int32)
+        order = np.array(numbers, dtype=np.int64)
+        if not (order == np.arange(n)).all():  # two threads appended out of claim order
+            by_number = np.argsort(order)
+            table = table.take(pa.array(by_number))
+            timestamps, partitions = timestamps[by_number], partitions[by_number]
+        return table, timestamps, partitions
 
 
 @dataclass(eq=False)

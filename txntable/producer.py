@@ -206,7 +206,7 @@ class Producer:
         # larger than buffer_memory streams instead of being copied whole.
         self._piece_bytes = max(max_request_size, buffer_memory // 4)
         # Lock order: _seal_lock, then _lock or _cond (never both at once).
-        self._lock = threading.Lock()  # the open column lists (send's one lock per record)
+        self._lock = threading.Lock()  # adding and removing open records (never per record)
         self._seal_lock = threading.Lock()  # one sealer at a time: keeps partitions in order
         self._cond = threading.Condition()  # queues, memory, rounds in flight, flush
         self._open: dict[str, RecordColumns] = {}
@@ -535,8 +535,8 @@ class Producer:
             InvalidTxnStateError: A transactional producer is not in a transaction.
             ProducerFencedError: The producer was fenced.
         """
-        # The per-record path: validation, one lock to append to the column lists, and a
-        # handle. Partitioning, Arrow conversion and futures are per batch.
+        # The per-record path: validation, one tuple appended without a lock, and a handle.
+        # Partitioning, Arrow conversion, futures and memory accounting are per batch.
         if self._closed or self._sender_error is not None:
             self._check_usable()
         txn = self.txn
@@ -568,25 +568,24 @@ class Producer:
             partition = -1
         elif partition.__class__ is not int or not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
-        columns = self._open.get(topic)
-        if columns is None or (
-            columns.record_bytes + (len(columns.keys) + 1) * PY_RECORD_OVERHEAD + size
-            > columns.budget
-        ):
-            self._make_room(topic, size + PY_RECORD_OVERHEAD)
-        with self._lock:
+        row_memory = size + PY_RECORD_OVERHEAD
+        while True:
             columns = self._open.get(topic)
-            if columns is None:
-                columns = self._open[topic] = RecordColumns(topic, self._free_memory())
-            index = len(columns.keys)
-            columns.keys.append(key)
-            columns.values.append(value)
-            columns.timestamps.append(timestamp)
-            columns.partitions.append(partition)
-            if pairs:
-                columns.headers[index] = pairs
+            if columns is None or columns.memory + row_memory > columns.budget:
+                columns = self._make_room(topic, row_memory)
+            # No lock: every step below is one atomic operation under the GIL, and a
+            # sealer closes the object, then waits until ``inside`` is empty.
+            inside = columns.inside
+            inside.append(None)
+            if columns.closed:  # sealed meanwhile: append to the table's next object
+                inside.pop()
+                continue
+            index = next(columns.counter)
+            columns.rows.append((key, value, timestamp, partition, pairs or None, index))
             columns.record_bytes += size
             buffered = columns.record_bytes
+            inside.pop()
+            break
         if buffered >= self._seal_bytes:
             self._seal(topic)
         if index == 0 or (buffered >= self.batch_size > buffered - size):
@@ -711,17 +710,19 @@ class Producer:
     def _free_memory(self) -> int:
         return self.buffer_memory - self._open_memory() - self._queued_memory
 
-    def _make_room(self, topic: str, memory: int) -> None:
-        """``send``'s slow path: its table's budget is spent; wait for memory, renew it.
+    def _make_room(self, topic: str, memory: int) -> RecordColumns:
+        """``send``'s slow path: no open records for the table, or their budget is spent.
 
-        Each table's open records get a budget (the buffer memory free when it was given),
-        so ``send`` compares one number per record instead of summing the buffer.
+        Waits for buffer memory and gives the table's open records a new budget (the memory
+        free now), so ``send`` compares one number per record instead of summing the buffer.
         """
         self._wait_for_memory(topic, memory, reserve=False)
         with self._lock:
             columns = self._open.get(topic)
-            if columns is not None:
-                columns.budget = columns.memory + max(self._free_memory(), memory)
+            if columns is None:
+                columns = self._open[topic] = RecordColumns(topic, 0)
+            columns.budget = columns.memory + max(self._free_memory(), memory)
+            return columns
 
     def _wait_for_memory(self, topic: str, memory: int, reserve: bool) -> None:
         """Block until ``memory`` more bytes fit in ``buffer_memory`` (and reserve them).
@@ -768,15 +769,15 @@ class Producer:
             columns = self._open.pop(topic, None)
         if columns is None:
             return
-        # The lists stay counted (as a reservation) until their Arrow copy replaces them.
+        columns.close()
+        # The rows stay counted (as a reservation) until their Arrow copy replaces them.
         with self._cond:
             self._queued_memory += columns.memory
         n = len(columns)
         result = columns.result
         try:
-            table = columns.to_table()
+            table, timestamps, explicit = columns.columns()
             sizes = record_sizes(table)
-            explicit = columns.partition_array()
             partitions = choose_partitions(
                 table.column("key"),
                 explicit if (explicit >= 0).any() else None,
@@ -786,11 +787,11 @@ class Producer:
                 self._partitioner,
                 self.max_request_size,
             )
-            result.start(n, columns.timestamp_array())
+            result.start(n, timestamps)
             runs = seal(table, sizes, partitions, result, 0)
         except BaseException as e:
             if not result.started:
-                result.start(n, columns.timestamp_array())
+                result.start(n, np.zeros(n, np.int64))
             result.fail(n, e)
             self._release(columns.memory)
             raise
@@ -835,7 +836,8 @@ class Producer:
                 self._queued_memory -= sum(run.memory for run in runs)
                 self._cond.notify_all()
         for columns in opened.values():
-            columns.result.start(len(columns), columns.timestamp_array())
+            columns.close()
+            columns.result.start(len(columns), np.zeros(len(columns), np.int64))
             columns.result.fail(len(columns), error)
         for run in runs:
             run.result.fail(len(run.rows), error)
