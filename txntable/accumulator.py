@@ -18,7 +18,6 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,73 +29,110 @@ from txntable.records import (
     HEADERS_TYPE,
     SEGMENT_SCHEMA,
     TIMESTAMP_TYPE,
+    Header,
     empty_headers,
 )
 
 #: Memory a record sent with ``send`` costs beyond its record bytes while it waits as
-#: Python objects: two ``bytes`` headers (33 B each), its row tuple (88 B) and list slot
-#: (8 B, with growth slack), and the ``int`` objects of its timestamp and row number (64 B).
-PY_RECORD_OVERHEAD = 230
+#: Python objects: two ``bytes`` headers (33 B each), four list slots (8 B each, with the
+#: lists' growth slack) and its timestamp's ``int`` (32 B).
+PY_RECORD_OVERHEAD = 140
 #: Memory per queued row beyond its Arrow buffers: its record size and row number (int64
 #: each), and its batch's partition, offset and timestamp slots.
 ROW_BOOKKEEPING = 36
 
 
-class RecordColumns:
-    """Records of one table sent with ``send`` and not sealed yet.
+class ThreadColumns:
+    """One sending thread's records of a :class:`RecordColumns`: plain column lists."""
 
-    ``send`` takes no lock: it claims a row number (``next(counter)``, atomic) and appends
-    one tuple (atomic), inside an ``inside`` marker that the sealer waits out after closing
-    the object. Sealing turns the tuples into columns at C speed (``zip``) and Arrow arrays.
+    __slots__ = ("keys", "values", "timestamps", "partitions", "headers", "record_bytes",
+                 "slot")  # fmt: skip
+
+    def __init__(self, slot: int) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.partitions: list[int] = []  # -1: choose by key
+        self.headers: dict[int, tuple[Header, ...]] = {}  # sparse: most records have none
+        self.record_bytes = 0
+        self.slot = slot  # handles number this thread's rows ``slot << 32 | index``
+
+
+class RecordColumns:
+    """Records of one table sent with ``send`` and not sealed yet, as column lists.
+
+    ``send`` takes no lock. Each sending thread appends to its own lists (so the columns
+    of a row stay aligned), inside an ``inside`` marker; a sealer closes the object and
+    waits until ``inside`` is empty before reading the lists. No per-record object is
+    created but the caller's handle (a row tuple would cost the garbage collector).
     """
 
-    __slots__ = ("rows", "counter", "inside", "closed", "record_bytes", "budget", "created",
-                 "result")  # fmt: skip
+    __slots__ = ("threads", "inside", "closed", "budget", "created", "result")
 
     def __init__(self, topic: str, budget: int) -> None:
-        #: ``(key, value, timestamp, partition or -1, headers or None, row number)``
-        self.rows: list[tuple[Any, ...]] = []
-        self.counter = itertools.count()
+        self.threads: dict[int, ThreadColumns] = {}
         self.inside: list[None] = []  # one entry per send() appending right now
         self.closed = False
-        #: Record bytes sent so far (approximate while several threads send to the table).
-        self.record_bytes = 0
         #: Memory these records may reach before the producer's buffer is checked again.
         self.budget = budget
         self.created = time.monotonic()
         self.result = ProduceResult(topic)
 
+    def for_thread(self, ident: int) -> ThreadColumns:
+        """The calling thread's lists (only that thread ever adds its own entry)."""
+        columns = self.threads.get(ident)
+        if columns is None:
+            columns = self.threads[ident] = ThreadColumns(len(self.threads))
+        return columns
+
     def __len__(self) -> int:
-        return len(self.rows)
+        return sum(len(t.keys) for t in tuple(self.threads.values()))
+
+    @property
+    def record_bytes(self) -> int:
+        """Record bytes of the records."""
+        return sum(t.record_bytes for t in tuple(self.threads.values()))
 
     @property
     def memory(self) -> int:
         """Buffer memory the records occupy."""
-        return self.record_bytes + len(self.rows) * PY_RECORD_OVERHEAD
+        return sum(
+            t.record_bytes + len(t.keys) * PY_RECORD_OVERHEAD
+            for t in tuple(self.threads.values())
+        )
 
     def close(self) -> None:
-        """Stop further appends and wait for those in progress (before reading ``rows``)."""
+        """Stop further appends and wait for those in progress (before reading the lists)."""
         self.closed = True
         while self.inside:
             time.sleep(0)  # an appender needs the GIL for a few bytecodes
 
-    def columns(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-        """The closed rows as an Arrow table in the segment schema, their timestamps and
-        explicit partitions (-1: by key), in row-number order. No per-row Python code."""
-        n = len(self.rows)
-        if n == 0:
-            empty = SEGMENT_SCHEMA.empty_table()
-            return empty, np.zeros(0, np.int64), np.zeros(0, np.int32)
-        keys, values, stamps, parts, headers, numbers = zip(*self.rows, strict=True)
-        if any(h is not None for h in headers):
-            header_column = pa.array(
-                [[{"key": k, "value": v} for k, v in h] if h else [] for h in headers],
-                HEADERS_TYPE,
-            )
+    def columns(self) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
+        """The closed records as one Arrow table in the segment schema, their timestamps,
+        their explicit partitions (-1: by key) and each thread slot's first row. No per-row
+        Python code unless records carry headers."""
+        parts = sorted(self.threads.values(), key=lambda t: t.slot)
+        if len(parts) == 1:
+            (one,) = parts
+            keys, values, stamps, explicit = one.keys, one.values, one.timestamps, one.partitions
+        else:
+            keys = [k for t in parts for k in t.keys]
+            values = [v for t in parts for v in t.values]
+            stamps = [x for t in parts for x in t.timestamps]
+            explicit = [p for t in parts for p in t.partitions]
+        bases = list(itertools.accumulate((len(t.keys) for t in parts), initial=0))[:-1]
+        n = len(keys)
+        if any(t.headers for t in parts):
+            empty: tuple[Header, ...] = ()
+            rows = [
+                [{"key": k, "value": v} for k, v in t.headers.get(i, empty)]
+                for t in parts
+                for i in range(len(t.keys))
+            ]
+            header_column = pa.array(rows, HEADERS_TYPE)
         else:
             header_column = empty_headers(n)
         timestamps = np.array(stamps, dtype=np.int64)
-        partitions = np.array(parts, dtype=np.int32)
         table = pa.table(
             {
                 "key": pa.array(keys, pa.binary()),
@@ -106,12 +142,7 @@ class RecordColumns:
             },
             schema=SEGMENT_SCHEMA,
         )
-        order = np.array(numbers, dtype=np.int64)
-        if not (order == np.arange(n)).all():  # two threads appended out of claim order
-            by_number = np.argsort(order)
-            table = table.take(pa.array(by_number))
-            timestamps, partitions = timestamps[by_number], partitions[by_number]
-        return table, timestamps, partitions
+        return table, timestamps, np.array(explicit, dtype=np.int32), bases
 
 
 @dataclass(eq=False)

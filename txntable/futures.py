@@ -84,6 +84,7 @@ class ProduceResult:
         "timestamps",
         "error",
         "segments",
+        "bases",
         "_pending",
         "_started",
         "_done",
@@ -98,6 +99,8 @@ class ProduceResult:
         self.timestamps = np.zeros(0, dtype=np.int64)
         self.error: BaseException | None = None
         self.segments: list[SegmentOffsets] = []
+        #: First row of each sending thread's slot (``send`` numbers rows per thread).
+        self.bases: list[int] = [0]
         self._pending = 0
         self._started = False
         self._done = threading.Event()
@@ -169,7 +172,10 @@ class ProduceResult:
         _run_callback(fn)
 
     def record(self, index: int) -> RecordMetadata:
-        """The metadata of row ``index``, or raise the error that lost it."""
+        """The metadata of row ``index`` (``slot << 32 | row of the slot``), or raise the
+        error that lost it."""
+        if index >> 32:
+            index = self.bases[index >> 32] + (index & 0xFFFFFFFF)
         offset = int(self.offsets[index])
         if offset < 0:
             assert self.error is not None

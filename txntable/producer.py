@@ -20,6 +20,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from threading import get_ident as _get_ident
 from typing import TypeVar
 
 import numpy as np
@@ -569,23 +570,33 @@ class Producer:
         elif partition.__class__ is not int or not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         row_memory = size + PY_RECORD_OVERHEAD
+        ident = _get_ident()
         while True:
             columns = self._open.get(topic)
-            if columns is None or columns.memory + row_memory > columns.budget:
+            if columns is None or columns.budget < row_memory:
                 columns = self._make_room(topic, row_memory)
-            # No lock: every step below is one atomic operation under the GIL, and a
-            # sealer closes the object, then waits until ``inside`` is empty.
+            # No lock: this thread appends to its own lists, and a sealer closes the
+            # object, then waits until ``inside`` is empty (each step is atomic).
             inside = columns.inside
             inside.append(None)
             if columns.closed:  # sealed meanwhile: append to the table's next object
                 inside.pop()
                 continue
-            index = next(columns.counter)
-            columns.rows.append((key, value, timestamp, partition, pairs or None, index))
-            columns.record_bytes += size
-            buffered = columns.record_bytes
+            mine = columns.threads.get(ident) or columns.for_thread(ident)
+            index = len(mine.keys)
+            mine.keys.append(key)
+            mine.values.append(value)
+            mine.timestamps.append(timestamp)
+            mine.partitions.append(partition)
+            if pairs:
+                mine.headers[index] = pairs
+            mine.record_bytes += size
+            buffered = mine.record_bytes
+            columns.budget -= row_memory  # approximate if threads race; renewed when spent
             inside.pop()
             break
+        if mine.slot:
+            index |= mine.slot << 32
         if buffered >= self._seal_bytes:
             self._seal(topic)
         if index == 0 or (buffered >= self.batch_size > buffered - size):
@@ -721,7 +732,7 @@ class Producer:
             columns = self._open.get(topic)
             if columns is None:
                 columns = self._open[topic] = RecordColumns(topic, 0)
-            columns.budget = columns.memory + max(self._free_memory(), memory)
+            columns.budget = max(self._free_memory(), memory)
             return columns
 
     def _wait_for_memory(self, topic: str, memory: int, reserve: bool) -> None:
@@ -731,7 +742,7 @@ class Producer:
             BufferExhaustedError: They did not fit within ``max_block_ms``.
         """
         deadline = time.monotonic() + self.max_block_ms / 1000
-        if topic in self._open:
+        if topic in self._open and self._free_memory() < memory:
             self._seal(topic)  # Arrow holds the waiting records in less memory
         with self._cond:
             # Something must be buffered to wait for; a reservation larger than the whole
@@ -776,7 +787,8 @@ class Producer:
         n = len(columns)
         result = columns.result
         try:
-            table, timestamps, explicit = columns.columns()
+            table, timestamps, explicit, bases = columns.columns()
+            result.bases = bases
             sizes = record_sizes(table)
             partitions = choose_partitions(
                 table.column("key"),
