@@ -14,12 +14,14 @@ from txntable.actions import (
     Protocol,
     encode_actions,
 )
+from txntable.coordinator import TransactionCoordinator, TransactionListing
 from txntable.errors import (
     InvalidConfigurationError,
     ObjectExistsError,
     TableExistsError,
     TableNotFoundError,
 )
+from txntable.groups import GroupDescription, describe_group, list_groups
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
 from txntable.recovery import RecoveryReport, recover
@@ -110,6 +112,18 @@ class Warehouse:
     def recover(self, now: int | None = None) -> RecoveryReport:
         """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`)."""
         return recover(self.store, now=now)
+
+    def describe_transactions(self) -> list[TransactionListing]:
+        """The coordinator state of every transactional id (one LIST, one GET per id)."""
+        return TransactionCoordinator(self.store).describe_all()
+
+    def list_groups(self) -> list[str]:
+        """Ids of the consumer groups that have committed offsets."""
+        return list_groups(self.store)
+
+    def describe_group(self, group_id: str) -> GroupDescription | None:
+        """A group's committed and pending offsets with lag; ``None`` if it has none."""
+        return describe_group(self.store, group_id)
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
