@@ -183,6 +183,7 @@ class LogChecker:
         self._leo_before: dict[int, int] = {}
         self._batch_keys: set[tuple[int, int]] = set()
         self._pending_abort: _PendingAbort | None = None
+        self._epochs_before: dict[int, int] = {}
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class LogChecker:
         self._leo_before = {}
         self._batch_keys = set()
         self._pending_abort = None
+        self._epochs_before = {}
         self._check_commit_info(actions)
         for action in actions:
             if self._pending_abort is not None and not isinstance(action, AbortedTxn):
@@ -273,6 +275,13 @@ class LogChecker:
             return parts[p]
         self._report("partition.unknown", f"partition {p} outside [0, {len(parts)})", at=(p, None))
         return None
+
+    def _table_epoch(self, pid: int) -> int:
+        """The producer's highest epoch in the log before this version (the writer rules are
+        evaluated against version N - 1: a version's own markers do not fence each other)."""
+        if pid not in self._epochs_before:
+            self._epochs_before[pid] = self.snapshot.producer_epochs.get(pid, -1)
+        return self._epochs_before[pid]
 
     def _place(self, part: PartitionState, entry: Batch | Marker) -> bool:
         """Check the entry continues its partition; resynchronise after a gap."""
@@ -360,6 +369,8 @@ class LogChecker:
         elif isinstance(action, OffsetCommit):
             if not self.group_log:
                 self._report("offset-commit.in-table", f"offsetCommit of group {action.group}")
+            if action.producerId >= 0:
+                self._table_epoch(action.producerId)  # before this commit raises it
             self._apply(action)
         elif isinstance(action, Protocol | CommitInfo):
             self._apply(action)
@@ -381,10 +392,12 @@ class LogChecker:
 
     def _batch(self, b: Batch) -> None:
         p = b.partition
-        if self.group_log:
-            self._report("group.batch", "a batch in a group log", at=(p, None), path=b.path)
         part = self._partition(p)
         if part is None or not self._place(part, b):
+            return
+        if self.group_log:
+            self._report("group.batch", "a batch in a group log", at=(p, b.baseOffset))
+            self._apply(b)
             return
         loc = (p, b.baseOffset)
         prefix = f"{self.name}/data/{p}/"
@@ -430,7 +443,7 @@ class LogChecker:
         try:
             dup = check_batch(
                 entry,
-                self.snapshot.producer_epochs.get(pid, -1),
+                self._table_epoch(pid),
                 pid,
                 b.producerEpoch,
                 b.baseSequence,
@@ -468,7 +481,7 @@ class LogChecker:
             return
         pid, p = m.producerId, m.partition
         loc = (p, m.offset)
-        table_epoch = self.snapshot.producer_epochs.get(pid, -1)
+        table_epoch = self._table_epoch(pid)
         if m.producerEpoch < table_epoch:
             self._report(
                 "producer.fenced-epoch",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from txntable.actions import (
     READER_VERSION,
@@ -21,12 +22,15 @@ from txntable.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from txntable.groups import GroupDescription, describe_group, list_groups
+from txntable.groups import GroupDescription, describe_group, group_root, list_groups
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
 from txntable.recovery import RecoveryReport, recover
 from txntable.storage.base import Store
 from txntable.table import Table, checkpoint_interval
+
+if TYPE_CHECKING:
+    from txntable.verify import VerifyReport
 
 
 class Warehouse:
@@ -124,6 +128,19 @@ class Warehouse:
     def describe_group(self, group_id: str) -> GroupDescription | None:
         """A group's committed and pending offsets with lag; ``None`` if it has none."""
         return describe_group(self.store, group_id)
+
+    def verify_group(
+        self, group_id: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> VerifyReport:
+        """Check a consumer group's offset log like a table's (see :meth:`Table.verify`).
+
+        Raises:
+            ObjectNotFoundError: If the group has no offset log.
+        """
+        from txntable.verify import verify_log
+
+        root = group_root(group_id)
+        return verify_log(Log(self.store, root), root, False, progress, group_log=True)
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
