@@ -175,8 +175,15 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+class CliError(click.ClickException):
+    """A failure the CLI itself detects (bad input lines, a group that does not exist)."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"txntable: {self.format_message()}", err=True)
+
+
 def _fail(message: str) -> NoReturn:
-    raise click.ClickException(message)
+    raise CliError(message)
 
 
 # --- options shared by commands -----------------------------------------------------------
@@ -1127,15 +1134,18 @@ def vacuum(
     show_default=True,
     help="Also read every referenced segment and check it against its batch.",
 )
+@click.option("--groups", "with_groups", is_flag=True, help="Also check every consumer group log.")
 @_json_flag
 def verify(
     warehouse: str,
     options: dict[str, str],
     table_names: tuple[str, ...],
     segments: bool,
+    with_groups: bool,
     as_json: bool,
 ) -> None:
-    """Replay the log of TABLE (default: every table) and check every invariant of the spec.
+    """Replay the log of TABLE (default: every table) and check every invariant of the spec,
+    and that every referenced segment exists and matches its batch.
 
     Exits 3 if any error-level violation is found (warnings alone exit 0).
     """
@@ -1148,6 +1158,10 @@ def verify(
         for name in names:
             step, finish = _phases(progress, name)
             reports.append(wh.table(name).verify(segments=segments, progress=step))
+            finish()
+        for group in wh.list_groups() if with_groups else []:
+            step, finish = _phases(progress, f"group {group}")
+            reports.append(wh.verify_group(group, progress=step))
             finish()
     ok = all(r.ok for r in reports)
     if as_json:
@@ -1171,9 +1185,9 @@ def verify(
         bad = [r for r in reports if not r.ok]
         cli.out.print(
             _text(
-                f"{len(bad)} of {len(reports)} table(s) have violations"
+                f"{len(bad)} of {len(reports)} log(s) have violations"
                 if bad
-                else f"{len(reports)} table(s) verified: no violation",
+                else f"{len(reports)} log(s) verified: no violation",
                 "bold red" if bad else "bold green",
             )
         )
