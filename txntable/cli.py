@@ -458,7 +458,10 @@ def _parse_json_record(line: bytes, encoding: str) -> _Input | None:
     text = line.decode()
     if not text.strip():
         return None
-    obj = json.loads(text)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(obj, dict):
         raise ValueError("a JSON record must be an object")
     unknown = set(obj) - _JSON_FIELDS

@@ -323,3 +323,39 @@ def test_the_console_script_is_installed() -> None:
     proc = subprocess.run([str(script), "--version"], capture_output=True, timeout=60)
     assert proc.returncode == 0
     assert proc.stdout.decode() == "txntable, version 0.1.0\n"
+
+
+def test_colour_only_on_a_terminal(tmp_path: Path) -> None:
+    """The same command on a pseudo-terminal gets colour and boxes; piped it gets neither."""
+    import os
+    import pty
+    import subprocess
+
+    url = str(tmp_path / "lake")
+    Warehouse(url).create_table("t")
+    main, replica = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                         *filter(None, [env.get("PYTHONPATH")])])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "txntable.cli", "describe", url, "t"],
+        stdout=replica, stderr=replica, env=env,
+    )
+    os.close(replica)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    assert proc.wait(timeout=60) == 0
+    os.close(main)
+    on_tty = b"".join(chunks).decode()
+    assert "\x1b[" in on_tty and "─" in on_tty
+    piped = run_cli("describe", url, "t").stdout.decode()
+    assert "\x1b[" not in piped and "─" not in piped
+    assert piped.splitlines()[1].split()[:2] == ["PARTITION", "LOG"]
