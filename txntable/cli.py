@@ -16,10 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, NoReturn, TypeVar
@@ -223,9 +225,8 @@ def _json_flag(f: F) -> F:
 
 
 def _open(warehouse: str, options: dict[str, str]) -> Warehouse:
-    cli: Cli = click.get_current_context().find_object(Cli) or Cli()
     # Options go to the library unfiltered: it validates them (and names unknown keys).
-    return Warehouse(warehouse, storage_options={**cli.options, **options})
+    return Warehouse(warehouse, storage_options={**_cli().options, **options})
 
 
 def _cli() -> Cli:
@@ -592,7 +593,7 @@ def produce(
         if transactional_id is not None:
             producer.init_transactions()
             producer.begin_transaction()
-        with progress or _nothing():
+        with progress or nullcontext():
             task = progress.add_task("producing", total=size) if progress else None
             for n, line, read in _lines(input_file):
                 try:
@@ -622,7 +623,7 @@ def produce(
             else:
                 producer.flush()
     except TxnTableError:
-        _close_quietly(producer, transactional_id)
+        _close_quietly(producer)
         raise
     producer.close()
     results = [f.result() for f in futures]
@@ -641,23 +642,14 @@ def produce(
 
 
 def _size(stream: IO[bytes]) -> int | None:
+    """Bytes in a regular file (a progress bar's total); None for a pipe or terminal."""
     try:
-        import os
-
         return os.fstat(stream.fileno()).st_size or None
     except (OSError, ValueError, AttributeError):
         return None
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _close_quietly(producer: Producer, transactional_id: str | None) -> None:
+def _close_quietly(producer: Producer) -> None:
     try:
         producer.close()  # aborts an open transaction
     except TxnTableError as e:  # the first error is the one to report
@@ -672,7 +664,7 @@ def _abandon(
 ) -> NoReturn:
     """Stop at a bad input line: abort the transaction, or say what was written before it."""
     if transactional_id is not None:
-        _close_quietly(producer, transactional_id)
+        _close_quietly(producer)
         _fail(f"{reason}; transaction {transactional_id} aborted, nothing was written")
     producer.flush()
     producer.close()
@@ -1157,7 +1149,7 @@ def verify(
     cli = _cli()
     reports: list[VerifyReport] = []
     progress = cli.progress()
-    with progress or _nothing():
+    with progress or nullcontext():
         for name in names:
             step, finish = _phases(progress, name)
             reports.append(wh.table(name).verify(segments=segments, progress=step))
