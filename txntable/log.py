@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 import uuid
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from txntable import config
-from txntable.actions import Action, CommitInfo, check_protocol, decode_actions, encode_actions
+from txntable.actions import (
+    Action,
+    CommitInfo,
+    check_protocol,
+    decode_actions,
+    encode_actions,
+    loads_strict,
+)
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
@@ -34,6 +42,10 @@ from txntable.storage.base import Store
 
 LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
+#: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
+CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+#: Name of a log version object.
+VERSION_NAME = re.compile(r"[0-9]{20}\.json")
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -148,7 +160,7 @@ class Log:
     def _checkpoint_hint(self) -> int | None:
         try:
             data = self.store.get(self.last_checkpoint_key).data
-            version = json.loads(data)["version"]
+            version = loads_strict(data)["version"]
         except ObjectNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
@@ -161,13 +173,11 @@ class Log:
         checkpoints: list[int] = []
         for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
             name = key.rsplit("/", 1)[-1]
-            stem, _, suffix = name.partition(".")
-            if not stem.isdigit():
-                continue
-            if suffix == "checkpoint.json":
-                checkpoints.append(int(stem))
-            elif suffix == "json" and len(stem) == 20:
-                versions.append(int(stem))
+            match = CHECKPOINT_NAME.fullmatch(name)
+            if match:
+                checkpoints.append(int(match.group(1)))
+            elif VERSION_NAME.fullmatch(name):
+                versions.append(int(name[:20]))
         return LogListing(sorted(versions), sorted(checkpoints))
 
     def _list_checkpoints(self, at_most: int | None) -> list[int]:

@@ -23,6 +23,15 @@ def lake(tmp_path: Path) -> Iterator[str]:
     yield url
 
 
+@pytest.fixture
+def left_open() -> Iterator[list[Producer]]:
+    """Producers a test leaves inside a transaction; closed (aborting it) afterwards."""
+    producers: list[Producer] = []
+    yield producers
+    for p in producers:
+        p.close(timeout=10)
+
+
 def invoke(*args: str, stdin: bytes | str | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
 
@@ -139,7 +148,7 @@ def test_produce_from_a_file_in_one_transaction(lake: str, tmp_path: Path) -> No
 
 
 @pytest.fixture
-def history(lake: str) -> str:
+def history(lake: str, left_open: list[Producer]) -> str:
     """Partition 0: 0-2 idempotent, 3 aborted txn, 4 its marker, 5-6 idempotent, 7 open txn."""
     wh = Warehouse(lake)
     with Producer(wh, linger_ms=0) as p:
@@ -155,6 +164,7 @@ def history(lake: str) -> str:
         for v in (b"d", b"e"):
             p.send("t", value=v, partition=0).result()
     opened = Producer(wh, transactional_id="open")
+    left_open.append(opened)
     opened.init_transactions()
     opened.begin_transaction()
     opened.send("t", value=b"pending", partition=0).result()
@@ -210,9 +220,12 @@ def test_follow_stops_after_the_idle_timeout(history: str) -> None:
 # --- inspection -------------------------------------------------------------------------------
 
 
-def test_groups_show_a_pending_transactional_commit(lake: str) -> None:
+def test_groups_show_a_pending_transactional_commit(
+    lake: str, left_open: list[Producer]
+) -> None:
     wh = Warehouse(lake)
     p = Producer(wh, transactional_id="ctp")
+    left_open.append(p)
     p.init_transactions()
     p.begin_transaction()
     p.send_offsets_to_transaction(
@@ -313,7 +326,12 @@ def test_verify_skips_segments_on_request_and_reports_a_damaged_version(lake: st
 
 
 def test_global_options_before_the_command(lake: str) -> None:
-    # -o before the command reaches the store too (a local store has no options to refuse).
-    assert ok("-o", "anything=1", "tables", lake) == "t\n"
+    # -o before the command reaches the store's validation too.
+    refused = invoke("-o", "anything=1", "tables", lake)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        "txntable: InvalidConfigurationError: unknown storage option 'anything' for local "
+        "disk; accepted: none\n"
+    )
     assert ok("--version") == "txntable, version 0.1.0\n"
     assert "verify" in ok("--help")

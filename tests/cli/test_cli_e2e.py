@@ -18,6 +18,7 @@ from cliutil import ok_json, run_cli
 from txntable import Producer, Warehouse
 from txntable.actions import Batch, CommitInfo, encode_actions
 from txntable.coordinator import TransactionCoordinator
+from txntable.errors import ProducerFencedError
 from txntable.log import now_ms
 
 
@@ -200,6 +201,9 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     assert ok_json("txns", url, "--json", "--state", "Ongoing") == []
     p1 = wh.table("orders").describe().partitions[1]
     assert (p1.last_stable_offset, p1.high_watermark) == (4, 4)
+    with pytest.raises(ProducerFencedError):
+        stuck.abort_transaction()  # the dead producer's successor finds it fenced
+    stuck.close()
 
     # checkpoint, vacuum --dry-run, verify
     assert ok_json("checkpoint", url, "orders", "--json") == {"table": "orders", "version": 4}

@@ -6,6 +6,7 @@ violations found (rule and location): the planted one, and nothing it would drag
 
 from __future__ import annotations
 
+import contextlib
 import io
 import uuid
 from dataclasses import replace
@@ -30,7 +31,7 @@ from txntable.actions import (
     OffsetCommit,
     Protocol,
 )
-from txntable.errors import InvalidTxnStateError, ProducerFencedError
+from txntable.errors import InvalidTxnStateError, ProducerFencedError, TxnTableError
 from txntable.log import now_ms
 from txntable.records import ProducerRecord, encode_segment
 from txntable.snapshot import checkpoint_actions, load_checkpoint
@@ -376,17 +377,20 @@ def test_histories_written_by_the_library_verify_clean(ops: list[tuple[Any, ...]
     transactions, idempotent writes, delete-records and checkpoints: no violation."""
     url = f"memory://verify-{uuid.uuid4().hex}"
     wh = Warehouse(url)
+    made: list[Producer] = []
     try:
         wh.create_table(T, partitions=2, configuration={"checkpoint.interval": "3"})
         manual = {"linger_ms": 600_000, "batch_size": 1 << 30}
 
         def fresh(i: int) -> Producer:
             p = Producer(wh, transactional_id=f"tx{i}", **manual)  # type: ignore[arg-type]
+            made.append(p)
             p.init_transactions()
             return p
 
         clients = [fresh(0), fresh(1)]
         idempotent = Producer(wh, **manual)  # type: ignore[arg-type]
+        made.append(idempotent)
         for op in ops:
             kind, i = op[0], op[1]
             c = clients[i]
@@ -426,4 +430,7 @@ def test_histories_written_by_the_library_verify_clean(ops: list[tuple[Any, ...]
         if "g" in wh.list_groups():
             assert wh.verify_group("g").errors == []
     finally:
+        for p in made:
+            with contextlib.suppress(TxnTableError):  # fenced instances may refuse to abort
+                p.close(timeout=10)
         MemoryStore.drop(url.removeprefix("memory://"))
