@@ -1245,10 +1245,14 @@ def _print_verify(r: VerifyReport) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``txntable`` console script."""
-    cli.main(args=argv, prog_name="txntable")
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI (the ``txntable`` console script); return its exit status."""
+    try:
+        cli.main(args=argv, prog_name="txntable")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

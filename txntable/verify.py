@@ -35,7 +35,6 @@ from txntable.actions import (
     Marker,
     Metadata,
     OffsetCommit,
-    Protocol,
     decode_actions,
 )
 from txntable.errors import (
@@ -372,7 +371,7 @@ class LogChecker:
             if action.producerId >= 0:
                 self._table_epoch(action.producerId)  # before this commit raises it
             self._apply(action)
-        elif isinstance(action, Protocol | CommitInfo):
+        else:  # protocol, commitInfo: nothing to check beyond decoding
             self._apply(action)
 
     def _metadata(self, action: Metadata) -> None:
