@@ -44,6 +44,8 @@ LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 #: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
 CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+#: Name of a log version object.
+VERSION_NAME = re.compile(r"[0-9]{20}\.json")
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -64,6 +66,14 @@ class CommitPlan(Generic[T]):
     actions: list[Action]
     result: T
     operation: str = "WRITE"
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """What a LIST of a log directory holds: version and checkpoint numbers, ascending."""
+
+    versions: list[int]
+    checkpoints: list[int]
 
 
 @dataclass
@@ -157,16 +167,23 @@ class Log:
             return None  # a hint is never trusted blindly: fall back to listing
         return version if isinstance(version, int) and version >= 0 else None
 
+    def listing(self) -> LogListing:
+        """Every version and checkpoint in the log directory (one LIST: O(log length))."""
+        versions: list[int] = []
+        checkpoints: list[int] = []
+        for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
+            name = key.rsplit("/", 1)[-1]
+            match = CHECKPOINT_NAME.fullmatch(name)
+            if match:
+                checkpoints.append(int(match.group(1)))
+            elif VERSION_NAME.fullmatch(name):
+                versions.append(int(name[:20]))
+        return LogListing(sorted(versions), sorted(checkpoints))
+
     def _list_checkpoints(self, at_most: int | None) -> list[int]:
         """Checkpoint versions at or below ``at_most``, newest first (a cold-start fallback)."""
-        versions = []
-        for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
-            match = CHECKPOINT_NAME.fullmatch(key.rsplit("/", 1)[-1])
-            if match:
-                v = int(match.group(1))
-                if at_most is None or v <= at_most:
-                    versions.append(v)
-        return sorted(versions, reverse=True)
+        listed = self.listing().checkpoints
+        return [v for v in reversed(listed) if at_most is None or v <= at_most]
 
     def _read_checkpoint(self, version: int) -> TableSnapshot | None:
         key = self.checkpoint_key(version)
@@ -305,16 +322,19 @@ class Log:
         if checkpoint_due(snap.version, self.checkpoint_interval, entries):
             self.write_checkpoint(snap)
 
-    def write_checkpoint(self, snap: TableSnapshot) -> None:
+    def write_checkpoint(self, snap: TableSnapshot, strict: bool = False) -> None:
         """Write the checkpoint of ``snap`` and point the hint at it.
 
         A checkpoint is an optimisation: the log versions stay the source of truth, so a
         failure here (after the commit it follows has landed) is logged, not raised, and
-        costs only a longer replay later.
+        costs only a longer replay later — unless ``strict`` (an explicit request to
+        checkpoint, which must say when it failed).
         """
         try:
             data = encode_actions(checkpoint_actions(snap))
             self.store.put(self.checkpoint_key(snap.version), data)
             self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
         except (StorageError, OSError) as e:
+            if strict:
+                raise
             _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)
