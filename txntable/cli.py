@@ -20,7 +20,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from rich.text import Text
 from txntable import __version__
 from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
 from txntable.errors import TxnTableError
+from txntable.futures import FutureRecordMetadata
 from txntable.groups import GroupDescription, OffsetAndMetadata
 from txntable.log import now_ms
 from txntable.producer import Producer
@@ -586,7 +586,7 @@ def produce(
     common = [(k, v.encode()) for k, v in headers.items()]
     sep = key_separator.encode() if key_separator is not None else None
     producer = Producer(wh, transactional_id=transactional_id)
-    futures: list[Future[RecordMetadata]] = []
+    futures: list[FutureRecordMetadata] = []
     progress = cli.progress()
     size = _size(input_file)
     try:
@@ -659,7 +659,7 @@ def _close_quietly(producer: Producer) -> None:
 def _abandon(
     producer: Producer,
     transactional_id: str | None,
-    futures: list[Future[RecordMetadata]],
+    futures: list[FutureRecordMetadata],
     reason: str,
 ) -> NoReturn:
     """Stop at a bad input line: abort the transaction, or say what was written before it."""
