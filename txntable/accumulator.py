@@ -67,10 +67,11 @@ class RecordColumns:
     created but the caller's handle (a row tuple would cost the garbage collector).
     """
 
-    __slots__ = ("threads", "inside", "closed", "budget", "created", "result")
+    __slots__ = ("threads", "slots", "inside", "closed", "budget", "created", "result")
 
     def __init__(self, topic: str, budget: int) -> None:
         self.threads: dict[int, ThreadColumns] = {}
+        self.slots = itertools.count()  # atomic: two threads never share a slot
         self.inside: list[None] = []  # one entry per send() appending right now
         self.closed = False
         #: Memory these records may reach before the producer's buffer is checked again.
@@ -82,7 +83,7 @@ class RecordColumns:
         """The calling thread's lists (only that thread ever adds its own entry)."""
         columns = self.threads.get(ident)
         if columns is None:
-            columns = self.threads[ident] = ThreadColumns(len(self.threads))
+            columns = self.threads[ident] = ThreadColumns(next(self.slots))
         return columns
 
     def __len__(self) -> int:
