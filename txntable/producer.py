@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import operator
 import threading
 import time
 import weakref
@@ -101,6 +102,18 @@ def _return_freed_memory() -> None:
     several times ``buffer_memory``. Cheap (under a microsecond) when nothing is held.
     """
     pa.default_memory_pool().release_unused()
+
+
+def _as_partition(partition: object) -> int:
+    """A partition number given as an integer type other than ``int``.
+
+    Raises:
+        UnknownTopicOrPartitionError: It is not an integer.
+    """
+    try:
+        return operator.index(partition)  # type: ignore[arg-type]
+    except TypeError:
+        raise UnknownTopicOrPartitionError(f"partition {partition!r} is not an integer") from None
 
 
 def _as_bytes(name: str, v: object) -> bytes:
@@ -567,8 +580,11 @@ class Producer:
         num_partitions = self._num_partitions.get(topic) or self._partition_count(topic)
         if partition is None:
             partition = -1
-        elif partition.__class__ is not int or not 0 <= partition < num_partitions:
-            raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
+        else:
+            if partition.__class__ is not int:  # e.g. a numpy integer
+                partition = _as_partition(partition)
+            if not 0 <= partition < num_partitions:
+                raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         row_memory = size + PY_RECORD_OVERHEAD
         ident = _get_ident()
         while True:
