@@ -8,6 +8,9 @@ COMMIT_BACKOFF_MS_DEFAULT = 5
 COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 CHECKPOINT_INTERVAL = "checkpoint.interval"
 CHECKPOINT_INTERVAL_DEFAULT = 100
+#: How often (ms) a long-lived handle confirms with one LIST that the version its refresh
+#: stopped at is the newest one (a deleted version is otherwise invisible to a refresh).
+LOG_GAP_CHECK_INTERVAL_MS_DEFAULT = 60_000
 
 # Producer
 BATCH_SIZE_DEFAULT = 16384

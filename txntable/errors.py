@@ -53,6 +53,10 @@ class CorruptLogError(TxnTableError):
         self.path = path
 
 
+class VersionNotFoundError(TxnTableError):
+    """Time travel to a log version the table does not have (Delta's version-not-found)."""
+
+
 class UnsupportedProtocolError(TxnTableError):
     """The table needs a reader or writer protocol version this client does not implement."""
 
