@@ -358,7 +358,9 @@ class Log:
 
         ``build`` must be a pure function of the snapshot: it is called again after every
         lost race, against the refreshed snapshot, so validation and offset assignment
-        always happen against the version being written after.
+        always happen against the version being written after. A ``TxnTableError`` from
+        ``build`` is raised only once the snapshot is confirmed newest (by a refresh), so a
+        stale handle never refuses what the current table allows.
 
         Returns:
             The plan that was committed (or needed no write) and the version it is in
@@ -375,7 +377,14 @@ class Log:
                 # Never write version N+1 into a hole left by a deleted version (the versions
                 # after it would join the log behind a different N+1).
                 self.check_tip(snap)
-            plan = build(snap)
+            try:
+                plan = build(snap)
+            except TxnTableError:
+                # The attempt starts from a snapshot that may be stale (optimistic): a plan
+                # refused by validation is only final against the newest version.
+                if self.refresh(snap):
+                    continue
+                raise
             if not plan.actions:
                 # "Nothing to write" (all duplicates, markers already written) is only a
                 # valid conclusion against the newest version: a stale snapshot would not
