@@ -19,6 +19,12 @@ BUFFER_MEMORY_DEFAULT = 32 * 1024 * 1024
 MAX_BLOCK_MS_DEFAULT = 60_000
 MAX_REQUEST_SIZE_DEFAULT = 1024 * 1024
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000
+#: How long a PrepareCommit / PrepareAbort is left to its producer before any reader or
+#: writer that sees it pinning a table's LSO completes it (the decision is durable).
+STUCK_TRANSACTION_GRACE_MS_DEFAULT = 10_000
+#: Whether a client finishes transactions dead producers left stuck (False for clients
+#: with read-only credentials; then only ``recover`` and the producers' own restarts do).
+FINISH_STUCK_TRANSACTIONS_DEFAULT = True
 PRODUCER_ID_BLOCK_SIZE_DEFAULT = 1000
 
 # Consumer

@@ -112,7 +112,17 @@ class Consumer:
         return table
 
     def _partition(self, tp: TopicPartition, refresh: bool = False) -> PartitionState:
-        return self._table(tp.topic).snapshot(refresh=refresh).partition(tp.partition)
+        table = self._table(tp.topic)
+        if refresh:
+            self._refresh(table)
+        return table.snapshot(refresh=False).partition(tp.partition)
+
+    @staticmethod
+    def _refresh(table: Table) -> None:
+        # Read the new versions, then complete what a dead producer left prepared (at most
+        # one coordinator read per stuck transactional id per grace period).
+        table.snapshot(refresh=True)
+        table.finish_stuck_transactions()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -210,7 +220,7 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             for table in {tp.topic for tp in self._assignment}:
-                self._table(table).snapshot(refresh=True)
+                self._refresh(self._table(table))
             out: dict[TopicPartition, list[ConsumerRecord]] = {}
             remaining = limit
             # Start each poll one partition further (Kafka rotates fetch order too), so a
@@ -246,8 +256,10 @@ class Consumer:
         entries = part.entries_between(pos, upper)
         aborted = part.aborted_between(pos, upper) if committed else []
         out: list[ConsumerRecord] = []
-        for entry, visible in classify_entries(entries, aborted) if committed else (
-            (e, isinstance(e, Batch)) for e in entries
+        for entry, visible in (
+            classify_entries(entries, aborted)
+            if committed
+            else ((e, isinstance(e, Batch)) for e in entries)
         ):
             if len(out) >= max_records:
                 break

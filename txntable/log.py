@@ -280,8 +280,7 @@ class Log:
                 newest = None
         available = "none" if newest is None else f"[0, {newest}]"
         return VersionNotFoundError(
-            f"{self.root}: cannot time travel to version {version}; available versions: "
-            f"{available}"
+            f"{self.root}: cannot time travel to version {version}; available versions: {available}"
         )
 
     def refresh(self, snap: TableSnapshot, up_to: int | None = None) -> int:

@@ -44,7 +44,7 @@ from txntable.log import now_ms
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
-from txntable.recovery import abort_if_expired
+from txntable.recovery import StuckTransactionFinisher
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.vacuum import new_segment_name
@@ -67,6 +67,7 @@ def _make_record(
         SerializationError: A key, value or header value that is not bytes (or None), a
             header key that is not a string, or a timestamp that is not a non-negative int.
     """
+
     def as_bytes(name: str, v: object) -> bytes | None:
         if v is None:
             return None
@@ -160,7 +161,19 @@ class Producer:
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
-        self._expiry_deadlines: dict[str, int] = {}
+        self._finisher = (
+            StuckTransactionFinisher(
+                self.coordinator,
+                grace_ms=warehouse.stuck_transaction_grace_ms,
+                abort_expired=True,
+                # An object that gave no deadline (the transaction completed meanwhile) is
+                # looked at again only after a while, never on every flush.
+                recheck_ms=max(1000, transaction_timeout_ms // 10),
+                own_id=transactional_id,
+            )
+            if warehouse.finish_stuck_transactions
+            else None
+        )
         self._sender_error: Exception | None = None
         self._groups: dict[str, Table | None] = {}
         self._tables: dict[str, Table] = {}
@@ -313,7 +326,7 @@ class Producer:
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
         for topic in by_table:
-            self._abort_expired_transactions(self._table(topic))
+            self._finish_stuck_transactions(self._table(topic))
 
     @staticmethod
     def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
@@ -663,37 +676,22 @@ class Producer:
             lambda: table.append(pending, transactional_id=self.transactional_id)
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
-        self._abort_expired_transactions(table)
+        self._finish_stuck_transactions(table)
         for d, base in zip(items, result.base_offsets, strict=True):
             for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
                 f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))
 
-    def _abort_expired_transactions(self, table: Table) -> None:
-        """Abort other producers' transactions that pin this table's LSO past their timeout.
+    def _finish_stuck_transactions(self, table: Table) -> None:
+        """Finish other producers' transactions that pin this table's LSO.
 
-        Kafka's coordinator expires transactions itself; here whichever writer notices first
-        does it. Each open transaction's coordinator object is read once and then not again
-        before its deadline, so this costs nothing while no transaction is stuck.
+        Kafka's coordinator expires and completes transactions itself; here whichever
+        client notices first does it: an Ongoing one past its timeout is aborted, a
+        prepared one older than the grace period is completed. Each open transaction's
+        coordinator object is read once and then not again before its deadline, so this
+        costs nothing while no transaction is stuck (see ``StuckTransactionFinisher``).
         """
-        now = now_ms()
-        candidates: dict[str, int] = {}
-        for part in table.snapshot(refresh=False).partitions:
-            if part.ongoing:
-                candidates.update(part.open_transaction_ids())
-        for tid in candidates:
-            if tid == self.transactional_id or now < self._expiry_deadlines.get(tid, 0):
-                continue
-            try:
-                deadline = abort_if_expired(self.coordinator, tid, now)
-            except TxnTableError as e:
-                # The producer's own data is committed; failing its send over someone else's
-                # transaction would be wrong. recover() reports such failures.
-                _log.warning("could not expire the transaction of %s: %s", tid, e)
-                deadline = now + self.transaction_timeout_ms
-            # None: aborted now, or not Ongoing at the coordinator (its markers are still on
-            # their way). Either way look again only after a while, never on every flush.
-            recheck = now + max(1000, self.transaction_timeout_ms // 10)
-            self._expiry_deadlines[tid] = recheck if deadline is None else deadline
+        if self._finisher is not None:
+            self._finisher.check(table.snapshot(refresh=False))
 
     def _put_segment(self, path: str, data: bytes) -> None:
         self._retry(lambda: self.store.put_data_file(path, data))

@@ -17,6 +17,7 @@ from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
 
 if TYPE_CHECKING:
+    from txntable.recovery import StuckTransactionFinisher
     from txntable.vacuum import VacuumReport
 
 _log = logging.getLogger(__name__)
@@ -93,10 +94,17 @@ class Table:
     under them take their own handle.
     """
 
-    def __init__(self, store: Store, name: str, log: Log | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        log: Log | None = None,
+        finisher: StuckTransactionFinisher | None = None,
+    ) -> None:
         self.store = store
         self.name = name
         self.log = log or Log(store, name)
+        self._finisher = finisher
         self._lock = threading.RLock()
         self._snapshot: TableSnapshot | None = None
 
@@ -122,6 +130,22 @@ class Table:
             # Written by another client: a reader must still read; use the default.
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
+
+    def finish_stuck_transactions(self) -> bool:
+        """Complete prepared transactions that dead producers left pinning the LSO.
+
+        What readers call after a refresh (``describe``, the consumer's poll, Spark
+        planning): cheap, since each stuck transactional id's coordinator object is read at
+        most once per grace period (see :class:`~txntable.recovery.StuckTransactionFinisher`);
+        nothing at all when the warehouse was opened with ``finish_stuck_transactions=False``.
+
+        Returns:
+            Whether a transaction was completed (the snapshot was then refreshed).
+        """
+        if self._finisher is None or not self._finisher.check(self.snapshot(refresh=False)):
+            return False
+        self.snapshot()
+        return True
 
     def snapshot_at(self, version: int) -> TableSnapshot:
         """A new snapshot as of ``version`` (time travel)."""
@@ -204,7 +228,9 @@ class Table:
 
     def describe(self) -> TableDescription:
         """Per partition: log start offset, high watermark, LSO and open transactions."""
-        snap = self.snapshot()
+        self.snapshot()
+        self.finish_stuck_transactions()
+        snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
         return TableDescription(
             name=self.name,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Mapping
 
+from txntable import config
 from txntable.actions import (
     READER_VERSION,
     WRITER_VERSION,
@@ -22,7 +24,7 @@ from txntable.errors import (
 )
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
-from txntable.recovery import RecoveryReport, recover
+from txntable.recovery import RecoveryReport, StuckTransactionFinisher, recover
 from txntable.storage.base import Store
 from txntable.table import Table, checkpoint_interval
 
@@ -36,6 +38,14 @@ class Warehouse:
         storage_options: Backend options (endpoint, region, credentials, …).
         store: A store to use instead of opening ``url`` (e.g. a counting or fault-injecting
             wrapper).
+        finish_stuck_transactions: Whether readers and writers of this warehouse complete
+            a PrepareCommit / PrepareAbort that a dead producer left pinning a table's LSO
+            (after ``stuck_transaction_grace_ms``), and producers abort other producers'
+            transactions past their timeout. Set it to false for credentials that may only
+            read: nothing is then written on a reader's behalf, and stuck transactions wait
+            for ``recover()`` or their producer's restart.
+        stuck_transaction_grace_ms: How long a prepared transaction is left to its
+            producer before others complete it.
     """
 
     def __init__(
@@ -43,6 +53,8 @@ class Warehouse:
         url: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         store: Store | None = None,
+        finish_stuck_transactions: bool = config.FINISH_STUCK_TRANSACTIONS_DEFAULT,
+        stuck_transaction_grace_ms: int = config.STUCK_TRANSACTION_GRACE_MS_DEFAULT,
     ) -> None:
         if store is None:
             if url is None:
@@ -53,6 +65,28 @@ class Warehouse:
         self.store = store
         self.url = url or store.url
         self.storage_options = dict(storage_options or {})
+        self.finish_stuck_transactions = finish_stuck_transactions
+        self.stuck_transaction_grace_ms = stuck_transaction_grace_ms
+        self._finisher: StuckTransactionFinisher | None = None
+        self._finisher_lock = threading.Lock()
+
+    def _reader_finisher(self) -> StuckTransactionFinisher | None:
+        """The finisher the warehouse's table handles share (``None`` when turned off)."""
+        if not self.finish_stuck_transactions:
+            return None
+        with self._finisher_lock:
+            if self._finisher is None:
+                from txntable.coordinator import TransactionCoordinator
+
+                # Readers only complete decided (prepared) transactions; aborting expired
+                # ones is left to writers, which Kafka's coordinator plays here.
+                self._finisher = StuckTransactionFinisher(
+                    TransactionCoordinator(self.store),
+                    grace_ms=self.stuck_transaction_grace_ms,
+                    abort_expired=False,
+                    recheck_ms=max(1000, self.stuck_transaction_grace_ms),
+                )
+            return self._finisher
 
     def create_table(
         self, name: str, partitions: int = 1, configuration: Mapping[str, str] | None = None
@@ -83,7 +117,7 @@ class Warehouse:
             self.store.put_if_absent(log.version_key(0), encode_actions(actions))
         except ObjectExistsError:
             raise TableExistsError(f"table {name!r} already exists") from None
-        return Table(self.store, name, log)
+        return Table(self.store, name, log, finisher=self._reader_finisher())
 
     def table(self, name: str) -> Table:
         """A new handle on table ``name``.
@@ -92,7 +126,7 @@ class Warehouse:
             TableNotFoundError: If there is no such table.
         """
         validate_table_name(name)
-        table = Table(self.store, name)
+        table = Table(self.store, name, finisher=self._reader_finisher())
         if not table.log.exists():
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table

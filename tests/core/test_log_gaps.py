@@ -8,9 +8,9 @@ log again behind a different version ``N``: committed records lost, offsets reus
 from __future__ import annotations
 
 import pytest
+
 from core.conftest import RecordingStore
 from core.helpers import write_batch
-
 from txntable import Consumer, Producer, TopicPartition, Warehouse
 from txntable.errors import CorruptLogError, VersionNotFoundError
 from txntable.storage.base import Store
