@@ -165,5 +165,10 @@ class InvalidOffsetError(TxnTableError, ValueError):
     """An offset given by the caller is negative or otherwise not a valid position."""
 
 
+class InvalidArgumentTypeError(TxnTableError, TypeError):
+    """An argument of a public call has the wrong type (e.g. an ``int`` where an
+    ``OffsetAndMetadata`` belongs)."""
+
+
 class SerializationError(TxnTableError, TypeError):
     """A record's key, value, headers or timestamp is not of the accepted type (bytes)."""

@@ -24,6 +24,7 @@ from txntable.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
+    InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
@@ -37,10 +38,12 @@ from txntable.errors import (
 from txntable.groups import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
+    check_offsets,
     open_group_table,
     plan_offset_commit,
 )
 from txntable.log import now_ms
+from txntable.names import validate_id
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
@@ -124,6 +127,12 @@ class Producer:
         max_request_size: Largest record accepted.
         transaction_timeout_ms: After this, the transaction may be aborted by others.
         delivery_timeout_ms: How long a flush retries transient storage errors.
+
+    Raises:
+        InvalidConfigurationError: An argument has the wrong type or is out of range (see
+            :data:`txntable.config.PRODUCER_ARGUMENTS`); the message names it.
+        InvalidTableNameError: The transactional id has characters outside
+            ``[A-Za-z0-9._-]``.
     """
 
     def __init__(
@@ -137,8 +146,15 @@ class Producer:
         max_block_ms: int = config.MAX_BLOCK_MS_DEFAULT,
         max_request_size: int = config.MAX_REQUEST_SIZE_DEFAULT,
         transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
-        delivery_timeout_ms: int = 120_000,
+        delivery_timeout_ms: int = config.DELIVERY_TIMEOUT_MS_DEFAULT,
     ) -> None:
+        if not isinstance(warehouse, Warehouse):
+            raise InvalidArgumentTypeError(
+                f"warehouse must be a Warehouse, not {type(warehouse).__name__}"
+            )
+        config.validate_arguments(config.PRODUCER_ARGUMENTS, locals())
+        if transactional_id is not None:
+            validate_id("transactional_id", transactional_id)
         if transactional_id is not None and not enable_idempotence:
             raise InvalidConfigurationError("transactions need enable_idempotence=True")
         self.warehouse = warehouse
@@ -367,12 +383,17 @@ class Producer:
         an abort, or if this producer is fenced, they never become visible.
         """
         txn = self._require_txn()
+        offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
+        if isinstance(group_metadata, str):
+            meta = ConsumerGroupMetadata(group_metadata)
+        elif isinstance(group_metadata, ConsumerGroupMetadata):
+            meta = group_metadata
+        else:
+            raise InvalidArgumentTypeError(
+                "group_metadata must be a ConsumerGroupMetadata (consumer.group_metadata()) or "
+                f"a group id, not {type(group_metadata).__name__}"
+            )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
-        meta = (
-            group_metadata
-            if isinstance(group_metadata, ConsumerGroupMetadata)
-            else ConsumerGroupMetadata(group_metadata)
-        )
         assert self.transactional_id is not None
         table = self._groups.get(meta.group_id)
         if table is None:
@@ -459,11 +480,22 @@ class Producer:
             ) from self._sender_error
         if self.txn is not None:
             self.txn.require("send", _C.IN_TRANSACTION)
+        if not isinstance(topic, str):
+            raise InvalidArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+        if partition is not None and not config.is_int(partition):
+            raise InvalidArgumentTypeError(
+                f"partition must be an int or None, not {type(partition).__name__}"
+            )
         record = _make_record(key, value, headers, timestamp)
         size = record.size_in_bytes()
-        if size > self.max_request_size or size > self.buffer_memory:
+        if size > self.max_request_size:
             raise RecordTooLargeError(
                 f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
+            )
+        if size > self.buffer_memory:
+            raise RecordTooLargeError(
+                f"record of {size} bytes is larger than the whole buffer: buffer_memory is "
+                f"{self.buffer_memory}"
             )
         table = self._table(topic)
         n = table.num_partitions

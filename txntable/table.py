@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, TypeVar
 from txntable import config
 from txntable.actions import Action, AppTxn, LogStart
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
-from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable.errors import (
+    InvalidArgumentTypeError,
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+)
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
@@ -59,12 +63,9 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
     Raises:
         InvalidConfigurationError: If it is not a non-negative integer.
     """
-    raw = configuration.get(config.CHECKPOINT_INTERVAL, str(config.CHECKPOINT_INTERVAL_DEFAULT))
-    if not raw.isdigit():
-        raise InvalidConfigurationError(
-            f"{config.CHECKPOINT_INTERVAL} must be a non-negative integer, got {raw!r}"
-        )
-    return int(raw)
+    value = config.table_setting(configuration, config.CHECKPOINT_INTERVAL)
+    assert isinstance(value, int)
+    return value
 
 
 def plan_delete_records(
@@ -209,7 +210,17 @@ class Table:
         Raises:
             OffsetOutOfRangeError: An offset is above the partition's high watermark.
             UnknownTopicOrPartitionError: A partition does not exist.
+            InvalidArgumentTypeError: A partition or offset is not an ``int``.
         """
+
+        if not isinstance(offsets, Mapping):
+            raise InvalidArgumentTypeError(
+                f"offsets must be a dict of partition to offset, not {type(offsets).__name__}"
+            )
+        for partition, offset in offsets.items():
+            for what, v in (("partition", partition), ("offset", offset)):
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise InvalidArgumentTypeError(f"a {what} must be an int, not {v!r:.40}")
 
         def build(s: TableSnapshot) -> CommitPlan[dict[int, int]]:
             return plan_delete_records(s, offsets)

@@ -26,7 +26,7 @@ from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
 from txntable.recovery import RecoveryReport, StuckTransactionFinisher, recover
 from txntable.storage.base import Store
-from txntable.table import Table, checkpoint_interval
+from txntable.table import Table
 
 
 class Warehouse:
@@ -93,14 +93,24 @@ class Warehouse:
     ) -> Table:
         """Create a table with the default record schema (key, value, headers, timestamp).
 
+        Args:
+            name: The table name (Kafka's topic rules, no leading ``_``).
+            partitions: Number of partitions.
+            configuration: Table configuration (see :data:`txntable.config.TABLE_CONFIG`),
+                values as strings or integers.
+
         Raises:
             InvalidTableNameError: If the name is illegal.
+            InvalidConfigurationError: If a configuration key is unknown or not implemented
+                yet, or a value is malformed.
             TableExistsError: If the table exists.
         """
         validate_table_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions <= 0:
             raise InvalidConfigurationError("partitions must be a positive integer")
-        checkpoint_interval(configuration or {})  # reject a bad value before it is written
+        # Unknown keys, malformed values and features not built yet are refused here,
+        # before anything is written.
+        settings = config.validate_table_configuration(configuration)
         log = Log(self.store, name)
         actions: list[Action] = [
             Protocol(READER_VERSION, WRITER_VERSION),
@@ -109,7 +119,7 @@ class Warehouse:
                 name=name,
                 partitions=partitions,
                 createdTime=now_ms(),
-                configuration=dict(configuration or {}),
+                configuration=settings,
             ),
             CommitInfo(now_ms(), "CREATE TABLE", uuid.uuid4().hex),
         ]
