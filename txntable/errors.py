@@ -34,6 +34,10 @@ class TransientStorageError(StorageError):
     """A request whose outcome is unknown or that may succeed if retried (timeouts, 5xx, 409)."""
 
 
+class BucketNotFoundError(StorageError):
+    """The bucket (or container) of the warehouse does not exist."""
+
+
 class InvalidPathError(TxnTableError):
     """A key or URL would escape the warehouse root or is otherwise malformed."""
 

@@ -134,10 +134,12 @@ class Warehouse:
 
         Raises:
             TableNotFoundError: If there is no such table.
+            BucketNotFoundError: If the warehouse's bucket does not exist.
         """
         validate_table_name(name)
         table = Table(self.store, name, finisher=self._reader_finisher())
         if not table.log.exists():
+            self.store.check_root()  # a missing bucket is reported as such
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table
 
