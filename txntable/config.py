@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError
+from txntable.names import validate_id
 
 # --- log ----------------------------------------------------------------------------------
 
@@ -138,6 +139,17 @@ def non_empty_string(name: str, value: object) -> object:
     return value
 
 
+def legal_id(name: str, value: object) -> object:
+    """A group or transactional id: a non-empty ``str`` of legal characters.
+
+    Raises:
+        InvalidTableNameError: For characters outside ``[A-Za-z0-9._-]`` or too long.
+    """
+    non_empty_string(name, value)
+    assert isinstance(value, str)
+    return validate_id(name, value)
+
+
 def optional(validator: Validator) -> Validator:
     """``None`` or what ``validator`` accepts."""
 
@@ -159,7 +171,7 @@ def validate_arguments(rows: Mapping[str, Validator], values: Mapping[str, objec
 
 #: ``Producer.__init__`` arguments (Kafka's ranges, except that sizes must allow a record).
 PRODUCER_ARGUMENTS: dict[str, Validator] = {
-    "transactional_id": optional(non_empty_string),
+    "transactional_id": optional(legal_id),
     "enable_idempotence": boolean,
     "batch_size": int_at_least(0),
     "linger_ms": int_at_least(0),
@@ -176,7 +188,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "auto_offset_reset": one_of("earliest", "latest", "none"),
     "max_poll_records": int_at_least(1),
     "fetch_backoff_ms": int_at_least(0),
-    "group_id": optional(non_empty_string),
+    "group_id": optional(legal_id),
     "enable_auto_commit": boolean,
     "auto_commit_interval_ms": int_at_least(0),
     "group_generation": int_at_least(-1),

@@ -35,7 +35,6 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
-from txntable.names import validate_id
 from txntable.records import (
     ConsumerRecord,
     TopicPartition,
@@ -47,7 +46,7 @@ from txntable.records import (
 from txntable.snapshot import PartitionState
 from txntable.storage.base import Store
 from txntable.table import Table
-from txntable.warehouse import Warehouse
+from txntable.warehouse import Warehouse, require_warehouse
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
@@ -92,13 +91,8 @@ class Consumer:
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
     ) -> None:
-        if not isinstance(warehouse, Warehouse):
-            raise InvalidArgumentTypeError(
-                f"warehouse must be a Warehouse, not {type(warehouse).__name__}"
-            )
+        require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
-        if group_id is not None:
-            validate_id("group_id", group_id)
         if enable_auto_commit and group_id is None:
             # Kafka's ConfigException: auto-commit has nowhere to commit to without a group.
             raise InvalidConfigurationError("enable_auto_commit=True needs a group_id")

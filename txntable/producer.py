@@ -43,7 +43,6 @@ from txntable.groups import (
     plan_offset_commit,
 )
 from txntable.log import now_ms
-from txntable.names import validate_id
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
@@ -51,7 +50,7 @@ from txntable.recovery import StuckTransactionFinisher
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.vacuum import new_segment_name
-from txntable.warehouse import Warehouse
+from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
 T = TypeVar("T")
@@ -148,13 +147,8 @@ class Producer:
         transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
         delivery_timeout_ms: int = config.DELIVERY_TIMEOUT_MS_DEFAULT,
     ) -> None:
-        if not isinstance(warehouse, Warehouse):
-            raise InvalidArgumentTypeError(
-                f"warehouse must be a Warehouse, not {type(warehouse).__name__}"
-            )
+        require_warehouse(warehouse)
         config.validate_arguments(config.PRODUCER_ARGUMENTS, locals())
-        if transactional_id is not None:
-            validate_id("transactional_id", transactional_id)
         if transactional_id is not None and not enable_idempotence:
             raise InvalidConfigurationError("transactions need enable_idempotence=True")
         self.warehouse = warehouse

@@ -17,6 +17,7 @@ from txntable.actions import (
     encode_actions,
 )
 from txntable.errors import (
+    InvalidArgumentTypeError,
     InvalidConfigurationError,
     ObjectExistsError,
     TableExistsError,
@@ -159,3 +160,17 @@ class Warehouse:
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
+
+
+def require_warehouse(warehouse: object) -> Warehouse:
+    """``warehouse`` if it is a :class:`Warehouse` (what clients are constructed with).
+
+    Raises:
+        InvalidArgumentTypeError: Otherwise (a URL string, a store, ...).
+    """
+    if not isinstance(warehouse, Warehouse):
+        raise InvalidArgumentTypeError(
+            f"warehouse must be a Warehouse, not {type(warehouse).__name__} (open one with "
+            "Warehouse(url))"
+        )
+    return warehouse

@@ -437,13 +437,7 @@ def test_redaction_masks_whole_tokens_only(mock_s3: None) -> None:
     message = "no route to bkt.s3.amazonaws.com for key m (secret a/b, Credential=m/2024)"
 
     def denied(**kwargs: Any) -> Any:
-        raise ClientError(
-            {
-                "Error": {"Code": "AccessDenied", "Message": message},
-                "ResponseMetadata": {"HTTPStatusCode": 403},
-            },
-            "GetObject",
-        )
+        raise client_error("AccessDenied", 403, message)
 
     store._client.get_object = denied
     with pytest.raises(StorageError) as info:

@@ -219,6 +219,20 @@ def run_t3(wh: Warehouse, producer: Producer) -> None:
     producer.commit_transaction()
 
 
+def check_nothing_left_to_recover(wh: Warehouse, crash: Crash) -> None:
+    """After recovery: recovering again is a no-op (no marker written twice), and a new
+    instance starts from Empty with the next epoch and commits normally."""
+    report = wh.recover(now=now_ms() + 3_600_000)
+    assert (report.committed, report.aborted, report.timed_out) == ([], [], [])
+    check_outcome(wh, crash)
+    producer = Producer(wh, transactional_id=TID)
+    producer.init_transactions()
+    assert load_meta(wh).state is TxnState.EMPTY
+    run_t3(wh, producer)
+    producer.close()
+    check_outcome(wh, crash, extra_txns=1)
+
+
 @pytest.mark.parametrize("point", ALL_POINTS)
 def test_new_producer_init_transactions_recovers(crashed, tmp_path: Path, point: str) -> None:
     crash = crashed(point)
@@ -267,17 +281,7 @@ def test_warehouse_recover_recovers(crashed, tmp_path: Path, point: str) -> None
     check_outcome(wh, crash)
 
     # Recovering again is a no-op: no marker is written twice.
-    report = wh.recover(now=now_ms() + 3_600_000)
-    assert (report.committed, report.aborted, report.timed_out) == ([], [], [])
-    check_outcome(wh, crash)
-
-    # A new instance after recovery starts from Empty with the next epoch.
-    producer = Producer(wh, transactional_id=TID)
-    producer.init_transactions()
-    assert load_meta(wh).state is TxnState.EMPTY
-    run_t3(wh, producer)
-    producer.close()
-    check_outcome(wh, crash, extra_txns=1)
+    check_nothing_left_to_recover(wh, crash)
 
 
 @pytest.mark.parametrize("point", ["data_committed", "registered"])
@@ -411,14 +415,7 @@ def test_a_reader_completes_a_prepared_transaction_after_the_grace_period(
     assert meta.state is (TxnState.COMPLETE_COMMIT if crash.commits else TxnState.COMPLETE_ABORT)
     assert pinned_partitions(wh) == []
     check_outcome(wh, crash)
-    # Nothing is left for recover(), and a new instance starts cleanly.
-    report = wh.recover(now=now_ms() + 3_600_000)
-    assert (report.committed, report.aborted, report.timed_out) == ([], [], [])
-    producer = Producer(wh, transactional_id=TID)
-    producer.init_transactions()
-    run_t3(wh, producer)
-    producer.close()
-    check_outcome(wh, crash, extra_txns=1)
+    check_nothing_left_to_recover(wh, crash)
 
 
 @pytest.mark.parametrize("point", ["prepare_commit", "prepare_abort"])
