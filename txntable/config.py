@@ -75,6 +75,11 @@ STUCK_TRANSACTION_GRACE_MS_DEFAULT = 10_000
 FINISH_STUCK_TRANSACTIONS_DEFAULT = True
 PRODUCER_ID_BLOCK_SIZE_DEFAULT = 1000
 
+# --- recovery -----------------------------------------------------------------------------
+
+#: How long ``recover()`` retries transient storage errors (of its listing, and per id).
+RECOVERY_TIMEOUT_MS_DEFAULT = 60_000
+
 # --- consumer -----------------------------------------------------------------------------
 
 MAX_POLL_RECORDS_DEFAULT = 500

@@ -288,13 +288,15 @@ class Consumer:
         ):
             if len(out) >= max_records:
                 break
+            # The upper bound can fall inside a batch (an LSO raised to the log start
+            # offset): never read or move past it.
             if not visible:
-                pos = max(pos, entry.next_offset)
+                pos = max(pos, min(entry.next_offset, upper))
                 continue
             assert isinstance(entry, Batch)
             segment = self._segment(entry)
             start = max(pos - entry.baseOffset, 0)
-            stop = min(entry.count, start + max_records - len(out))
+            stop = min(entry.count, upper - entry.baseOffset, start + max_records - len(out))
             out.extend(
                 table_to_records(segment, tp.topic, tp.partition, entry.baseOffset, start, stop)
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 import uuid
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from txntable import config
-from txntable.actions import Action, CommitInfo, check_protocol, decode_actions, encode_actions
+from txntable.actions import (
+    Action,
+    CommitInfo,
+    check_protocol,
+    decode_actions,
+    encode_actions,
+    loads_strict,
+)
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
@@ -36,6 +44,9 @@ from txntable.storage.base import Store
 
 LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
+#: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
+CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+VERSION_NAME = re.compile(r"([0-9]{20})\.json")
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -187,7 +198,7 @@ class Log:
     def _checkpoint_hint(self) -> int | None:
         try:
             data = self.store.get(self.last_checkpoint_key).data
-            version = json.loads(data)["version"]
+            version = loads_strict(data)["version"]
         except ObjectNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
@@ -198,19 +209,18 @@ class Log:
         """Version and checkpoint numbers in the log directory (one LIST).
 
         With ``after``, the listing starts after version ``after``'s key, so in a healthy
-        log it returns only what is newer: its size does not grow with the history.
+        log it returns only what is newer: its size does not grow with the history. Names
+        that are neither (``_last_checkpoint``, strays) are ignored.
         """
         prefix = f"{self.root}/{LOG_DIR}/"
         start = None if after is None else self.version_key(after)
         versions, checkpoints = set(), set()
         for key in self.store.list(prefix, start_after=start):
-            stem, _, suffix = key[len(prefix) :].partition(".")
-            if not stem.isdigit():
-                continue  # _last_checkpoint and anything else that is not a version
-            if suffix == "json":
-                versions.add(int(stem))
-            elif suffix == "checkpoint.json":
-                checkpoints.add(int(stem))
+            name = key[len(prefix) :]
+            if match := VERSION_NAME.fullmatch(name):
+                versions.add(int(match.group(1)))
+            elif match := CHECKPOINT_NAME.fullmatch(name):
+                checkpoints.add(int(match.group(1)))
         return LogListing(frozenset(versions), frozenset(checkpoints))
 
     def _read_checkpoint(self, version: int) -> TableSnapshot | None:

@@ -15,10 +15,18 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 
+from txntable import config
 from txntable.coordinator import TransactionCoordinator, TxnState
-from txntable.errors import PreconditionFailedError, TxnTableError
+from txntable.errors import (
+    KafkaTimeoutError,
+    PreconditionFailedError,
+    TransientStorageError,
+    TxnTableError,
+)
 from txntable.log import now_ms
+from txntable.retry import retry_transient
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
 
@@ -179,26 +187,38 @@ class StuckTransactionFinisher:
 
 
 def recover(
-    store: Store, coordinator: TransactionCoordinator | None = None, now: int | None = None
+    store: Store,
+    coordinator: TransactionCoordinator | None = None,
+    now: int | None = None,
+    timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT,
 ) -> RecoveryReport:
     """Roll forward PrepareCommit, finish PrepareAbort, abort Ongoing past its timeout.
 
     A timed-out transaction is aborted through PrepareEpochFence with the epoch bumped, so
     the late original producer is fenced at its next coordinator CAS or table commit.
+    Transient storage errors are retried for up to ``timeout_ms``: of the listing, then of
+    each id (from a fresh load: every step is safe to repeat).
+
+    Raises:
+        KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
     """
     coordinator = coordinator or TransactionCoordinator(store)
     clock = now_ms() if now is None else now
     report = RecoveryReport()
-    for tid in coordinator.transactional_ids():
+    try:
+        tids = retry_transient(lambda: list(coordinator.transactional_ids()), timeout_ms)
+    except (TransientStorageError, OSError) as e:
+        raise KafkaTimeoutError(
+            f"recover: listing the coordinator objects failed for {timeout_ms} ms ({e})"
+        ) from e
+    for tid in tids:
         try:
-            result = finish_if_stuck(coordinator, tid, clock, grace_ms=None)
-            done = {
-                "committed": report.committed,
-                "aborted": report.aborted,
-                "timed_out": report.timed_out,
-            }
+            # Every step is safe to repeat from a fresh load.
+            result = retry_transient(
+                partial(finish_if_stuck, coordinator, tid, clock, None), timeout_ms
+            )
             if result.finished is not None:
-                done[result.finished].append(tid)
+                getattr(report, result.finished).append(tid)
         except PreconditionFailedError:
             report.lost_race.append(tid)  # another client moved it first; it finishes it
         except TxnTableError as e:

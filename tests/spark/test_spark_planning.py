@@ -352,8 +352,12 @@ def test_options_of_the_other_mode_are_refused() -> None:
 
 
 def test_storage_options_pass_to_the_storage_layer() -> None:
-    opts = parse_read_options({"path": "/l/t", "storage.anything.at-all": "v"})
-    assert opts.location.storage_options == {"anything.at-all": "v"}
+    opts = parse_read_options({"path": "s3://b/l/t", "storage.s3.region": "eu-west-1"})
+    assert opts.location.storage_options == {"s3.region": "eu-west-1"}
+    # An unknown storage option is the storage layer's to refuse, in its own words.
+    with pytest.raises(InvalidConfigurationError) as info:
+        parse_read_options({"path": "s3://b/l/t", "storage.s3.regoin": "eu-west-1"})
+    assert "s3.regoin" in str(info.value) and "for a batch read" not in str(info.value)
 
 
 def test_kafka_isolation_level_spelling_is_honoured() -> None:
