@@ -337,7 +337,7 @@ def validate_table_configuration(configuration: object) -> dict[str, str]:
         try:
             key.parse(text)
         except ValueError as e:
-            raise InvalidConfigurationError(f"configuration {name} {e}, got {text!r}") from None
+            raise InvalidConfigurationError(f"{name} {e}, got {text!r}") from None
         out[name] = text
     return out
 
@@ -354,4 +354,4 @@ def table_setting(configuration: Mapping[str, str], name: str) -> object:
     try:
         return key.parse(raw)
     except ValueError as e:
-        raise InvalidConfigurationError(f"configuration {name} {e}, got {raw!r}") from None
+        raise InvalidConfigurationError(f"{name} {e}, got {raw!r}") from None

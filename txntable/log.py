@@ -46,6 +46,7 @@ LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 #: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
 CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+#: Name of a log version object.
 VERSION_NAME = re.compile(r"([0-9]{20})\.json")
 
 T = TypeVar("T")
@@ -71,16 +72,16 @@ class CommitPlan(Generic[T]):
 
 @dataclass(frozen=True)
 class LogListing:
-    """Version and checkpoint numbers found by one LIST of a log directory."""
+    """What a LIST of a log directory holds: version and checkpoint numbers, ascending."""
 
-    versions: frozenset[int]
-    checkpoints: frozenset[int]
+    versions: list[int]
+    checkpoints: list[int]
 
     def above(self, version: int) -> LogListing:
         """The part of the listing above ``version``."""
         return LogListing(
-            frozenset(v for v in self.versions if v > version),
-            frozenset(c for c in self.checkpoints if c > version),
+            [v for v in self.versions if v > version],
+            [c for c in self.checkpoints if c > version],
         )
 
 
@@ -96,11 +97,12 @@ def find_gap(tip: int, listing: LogListing) -> tuple[int, str] | None:
         9"``).
     """
     above = listing.above(tip)
-    newest = max(above.versions | above.checkpoints, default=None)
+    newest = max(above.versions + above.checkpoints, default=None)
     if newest is None:
         return None
+    present = set(above.versions)
     missing = tip + 1
-    while missing in above.versions:
+    while missing in present:
         missing += 1
     if missing > newest:
         return None
@@ -205,23 +207,25 @@ class Log:
             return None  # a hint is never trusted blindly: fall back to listing
         return version if isinstance(version, int) and version >= 0 else None
 
-    def list_log(self, after: int | None = None) -> LogListing:
+    def listing(self, after: int | None = None) -> LogListing:
         """Version and checkpoint numbers in the log directory (one LIST).
 
+        Without ``after`` this is O(log length) (maintenance, cold start without a hint).
         With ``after``, the listing starts after version ``after``'s key, so in a healthy
         log it returns only what is newer: its size does not grow with the history. Names
         that are neither (``_last_checkpoint``, strays) are ignored.
         """
         prefix = f"{self.root}/{LOG_DIR}/"
         start = None if after is None else self.version_key(after)
-        versions, checkpoints = set(), set()
+        versions: list[int] = []
+        checkpoints: list[int] = []
         for key in self.store.list(prefix, start_after=start):
             name = key[len(prefix) :]
             if match := VERSION_NAME.fullmatch(name):
-                versions.add(int(match.group(1)))
+                versions.append(int(match.group(1)))
             elif match := CHECKPOINT_NAME.fullmatch(name):
-                checkpoints.add(int(match.group(1)))
-        return LogListing(frozenset(versions), frozenset(checkpoints))
+                checkpoints.append(int(match.group(1)))
+        return LogListing(sorted(versions), sorted(checkpoints))
 
     def _read_checkpoint(self, version: int) -> TableSnapshot | None:
         key = self.checkpoint_key(version)
@@ -239,7 +243,7 @@ class Log:
             yield hint
         # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
         # The listing is kept: the load checks its tip against it instead of listing again.
-        listing = self.list_log()
+        listing = self.listing()
         listed.append(listing)
         for cp in sorted(listing.checkpoints, reverse=True):
             if cp != hint and (version is None or cp <= version):
@@ -340,7 +344,7 @@ class Log:
             CorruptLogError: Naming the missing version (its ``path`` is the version's key).
         """
         if listing is None:
-            listing = self.list_log(after=snap.version)
+            listing = self.listing(after=snap.version)
         self._gap_checked_at = time.monotonic()
         gap = find_gap(snap.version, listing)
         if gap is not None and (up_to is None or gap[0] <= up_to):
@@ -442,16 +446,19 @@ class Log:
         if checkpoint_due(snap.version, self.checkpoint_interval, entries):
             self.write_checkpoint(snap)
 
-    def write_checkpoint(self, snap: TableSnapshot) -> None:
+    def write_checkpoint(self, snap: TableSnapshot, strict: bool = False) -> None:
         """Write the checkpoint of ``snap`` and point the hint at it.
 
         A checkpoint is an optimisation: the log versions stay the source of truth, so a
         failure here (after the commit it follows has landed) is logged, not raised, and
-        costs only a longer replay later.
+        costs only a longer replay later — unless ``strict`` (an explicit request to
+        checkpoint, which must say when it failed).
         """
         try:
             data = encode_actions(checkpoint_actions(snap))
             self.store.put(self.checkpoint_key(snap.version), data)
             self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
         except (StorageError, OSError) as e:
+            if strict:
+                raise
             _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from txntable import config
-from txntable.actions import Action, AppTxn, LogStart
+from txntable.actions import Action, AppTxn, Batch, LogStart
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
 from txntable.errors import (
     InvalidArgumentTypeError,
@@ -17,12 +17,13 @@ from txntable.errors import (
     OffsetOutOfRangeError,
 )
 from txntable.log import CommitPlan, Log, now_ms
-from txntable.snapshot import TableSnapshot
+from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
 
 if TYPE_CHECKING:
     from txntable.recovery import StuckTransactionFinisher
     from txntable.vacuum import VacuumReport
+    from txntable.verify import VerifyReport
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,6 +35,22 @@ class OpenTransaction:
 
     producer_id: int
     first_offset: int
+    #: Transactional id carried by the transaction's first batch (None if it has none).
+    transactional_id: str | None = None
+    #: Smallest record timestamp of the transaction's first batch on the partition: the
+    #: log's own evidence of when it started (the coordinator object has the exact time).
+    start_timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class ProducerDescription:
+    """A producer's state on one partition (Kafka's DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_first_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -45,6 +62,10 @@ class PartitionDescription:
     high_watermark: int
     last_stable_offset: int
     open_transactions: tuple[OpenTransaction, ...]
+    producers: tuple[ProducerDescription, ...] = ()
+    #: Segments referenced by the partition's batches, and their bytes.
+    segments: int = 0
+    segment_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -237,8 +258,37 @@ class Table:
 
         return vacuum(self, RETENTION_MS_DEFAULT if retention_ms is None else retention_ms, dry_run)
 
+    def checkpoint(self) -> int:
+        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``); return it.
+
+        Raises:
+            StorageError: If the checkpoint or its hint could not be written.
+        """
+        snap = self.snapshot()
+        self.log.write_checkpoint(snap, strict=True)
+        return snap.version
+
+    def verify(
+        self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None
+    ) -> VerifyReport:
+        """Replay the whole log and check every invariant of the spec (see :mod:`txntable.verify`).
+
+        Args:
+            segments: Also read every referenced segment and check it against its batch.
+            progress: Called with ``(phase, done, total)``, phase ``"log"`` then
+                ``"segments"``.
+        """
+        from txntable.verify import verify_log
+
+        return verify_log(self.log, self.name, segments=segments, progress=progress)
+
     def describe(self) -> TableDescription:
-        """Per partition: log start offset, high watermark, LSO and open transactions."""
+        """Per partition: offsets, open transactions, producers and segments.
+
+        A prepared transaction that a dead producer left pinning the LSO is completed first
+        (see :meth:`finish_stuck_transactions`). Costs O(entries) of the partition (it
+        counts segments): an inspection call, not for a hot path.
+        """
         self.snapshot()
         self.finish_stuck_transactions()
         snap = self.snapshot(refresh=False)
@@ -247,19 +297,39 @@ class Table:
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
-            partitions=tuple(
-                PartitionDescription(
-                    partition=p.partition,
-                    log_start_offset=p.log_start_offset,
-                    high_watermark=p.high_watermark,
-                    last_stable_offset=p.last_stable_offset,
-                    open_transactions=tuple(
-                        OpenTransaction(pid, first) for pid, first in sorted(p.ongoing.items())
-                    ),
-                )
-                for p in snap.partitions
-            ),
+            partitions=tuple(_describe_partition(p) for p in snap.partitions),
         )
 
     def __repr__(self) -> str:
         return f"Table({self.name!r})"
+
+
+def _describe_partition(p: PartitionState) -> PartitionDescription:
+    opened = []
+    for pid, first in sorted(p.ongoing.items()):
+        entry = p.entry_at(first)
+        batch = entry if isinstance(entry, Batch) else None
+        opened.append(
+            OpenTransaction(
+                pid,
+                first,
+                batch.transactionalId if batch else None,
+                batch.minTimestamp if batch else 0,
+            )
+        )
+    batches = [e for e in p.entries if isinstance(e, Batch)]
+    return PartitionDescription(
+        partition=p.partition,
+        log_start_offset=p.log_start_offset,
+        high_watermark=p.high_watermark,
+        last_stable_offset=p.last_stable_offset,
+        open_transactions=tuple(opened),
+        producers=tuple(
+            ProducerDescription(
+                pid, e.epoch, e.last_seq, e.last_timestamp, e.current_txn_first_offset
+            )
+            for pid, e in sorted(p.producers.items())
+        ),
+        segments=len(batches),
+        segment_bytes=sum(b.size for b in batches),
+    )
