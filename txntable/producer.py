@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import operator
 import threading
 import time
 import weakref
@@ -46,6 +45,7 @@ from txntable.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
+    InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
@@ -61,10 +61,10 @@ from txntable.futures import FutureRecordMetadata, FutureSendBatch, ProduceResul
 from txntable.groups import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
+    check_offsets,
     open_group_table,
     plan_offset_commit,
 )
-from txntable.log import now_ms
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import (
@@ -75,12 +75,12 @@ from txntable.records import (
     record_sizes,
     to_record_table,
 )
-from txntable.recovery import abort_if_expired
+from txntable.recovery import StuckTransactionFinisher
 from txntable.retry import retry_transient
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.vacuum import new_segment_name
-from txntable.warehouse import Warehouse
+from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
 T = TypeVar("T")
@@ -104,16 +104,18 @@ def _return_freed_memory() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def _as_partition(partition: object) -> int:
-    """A partition number given as an integer type other than ``int``.
+def _check_target(topic: object, partition: object) -> None:
+    """Refuse a topic that is not a ``str`` or a partition that is not an ``int`` (or None).
 
     Raises:
-        UnknownTopicOrPartitionError: It is not an integer.
+        InvalidArgumentTypeError: Naming the argument.
     """
-    try:
-        return operator.index(partition)  # type: ignore[arg-type]
-    except TypeError:
-        raise UnknownTopicOrPartitionError(f"partition {partition!r} is not an integer") from None
+    if not isinstance(topic, str):
+        raise InvalidArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+    if partition is not None and not config.is_int(partition):
+        raise InvalidArgumentTypeError(
+            f"partition must be an int or None, not {type(partition).__name__}"
+        )
 
 
 def _as_bytes(name: str, v: object) -> bytes:
@@ -168,6 +170,12 @@ class Producer:
         max_request_size: Largest record accepted, and the most record bytes in one segment.
         transaction_timeout_ms: After this, the transaction may be aborted by others.
         delivery_timeout_ms: How long a flush retries transient storage errors.
+
+    Raises:
+        InvalidConfigurationError: An argument has the wrong type or is out of range (see
+            :data:`txntable.config.PRODUCER_ARGUMENTS`); the message names it.
+        InvalidTableNameError: The transactional id has characters outside
+            ``[A-Za-z0-9._-]``.
     """
 
     def __init__(
@@ -181,8 +189,10 @@ class Producer:
         max_block_ms: int = config.MAX_BLOCK_MS_DEFAULT,
         max_request_size: int = config.MAX_REQUEST_SIZE_DEFAULT,
         transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
-        delivery_timeout_ms: int = 120_000,
+        delivery_timeout_ms: int = config.DELIVERY_TIMEOUT_MS_DEFAULT,
     ) -> None:
+        require_warehouse(warehouse)
+        config.validate_arguments(config.PRODUCER_ARGUMENTS, locals())
         if transactional_id is not None and not enable_idempotence:
             raise InvalidConfigurationError("transactions need enable_idempotence=True")
         self.warehouse = warehouse
@@ -205,7 +215,19 @@ class Producer:
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
-        self._expiry_deadlines: dict[str, int] = {}
+        self._finisher = (
+            StuckTransactionFinisher(
+                self.coordinator,
+                grace_ms=warehouse.stuck_transaction_grace_ms,
+                abort_expired=True,
+                # An object that gave no deadline (the transaction completed meanwhile) is
+                # looked at again only after a while, never on every flush.
+                recheck_ms=max(1000, transaction_timeout_ms // 10),
+                own_id=transactional_id,
+            )
+            if warehouse.finish_stuck_transactions
+            else None
+        )
         self._sender_error: Exception | None = None
         self._groups: dict[str, Table | None] = {}
         self._tables: dict[str, Table] = {}
@@ -373,7 +395,7 @@ class Producer:
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
         for topic in by_table:
-            self._abort_expired_transactions(self._table(topic))
+            self._finish_stuck_transactions(self._table(topic))
 
     @staticmethod
     def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
@@ -419,12 +441,17 @@ class Producer:
             ProducerFencedError: The producer was fenced.
         """
         txn = self._require_txn()
+        offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
+        if isinstance(group_metadata, str):
+            meta = ConsumerGroupMetadata(group_metadata)
+        elif isinstance(group_metadata, ConsumerGroupMetadata):
+            meta = group_metadata
+        else:
+            raise InvalidArgumentTypeError(
+                "group_metadata must be a ConsumerGroupMetadata (consumer.group_metadata()) or "
+                f"a group id, not {type(group_metadata).__name__}"
+            )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
-        meta = (
-            group_metadata
-            if isinstance(group_metadata, ConsumerGroupMetadata)
-            else ConsumerGroupMetadata(group_metadata)
-        )
         assert self.transactional_id is not None
         tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
 
@@ -508,6 +535,13 @@ class Producer:
             self._tables[name] = table  # only once loaded: a failed load is tried again
         return table
 
+    def _too_large(self, size: int, prefix: str = "", suffix: str = "") -> RecordTooLargeError:
+        if size > self.max_request_size:
+            limit = f"max_request_size {self.max_request_size}"
+        else:
+            limit = f"the whole buffer: buffer_memory is {self.buffer_memory}"
+        return RecordTooLargeError(f"{prefix}record of {size} bytes is larger than {limit}{suffix}")
+
     def _partition_count(self, topic: str) -> int:
         n = self._num_partitions.get(topic)
         if n is None:
@@ -545,6 +579,7 @@ class Producer:
             RecordTooLargeError: The record is larger than ``max_request_size``.
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
             UnknownTopicOrPartitionError: ``partition`` is outside the table.
+            InvalidArgumentTypeError: ``topic`` is not a str or ``partition`` not an int.
             KafkaTimeoutError: The table's first load kept failing for ``max_block_ms``.
             InvalidTxnStateError: A transactional producer is not in a transaction.
             ProducerFencedError: The producer was fenced.
@@ -573,18 +608,15 @@ class Producer:
             timestamp = int(_time() * 1000)
         elif timestamp.__class__ is not int or timestamp < 0:
             raise SerializationError("timestamp must be a non-negative int of milliseconds")
+        if topic.__class__ is not str or (partition is not None and partition.__class__ is not int):
+            _check_target(topic, partition)
         if size > self._record_limit:
-            raise RecordTooLargeError(
-                f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
-            )
+            raise self._too_large(size)
         num_partitions = self._num_partitions.get(topic) or self._partition_count(topic)
         if partition is None:
             partition = -1
-        else:
-            if partition.__class__ is not int:  # e.g. a numpy integer
-                partition = _as_partition(partition)
-            if not 0 <= partition < num_partitions:
-                raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
+        elif not 0 <= partition < num_partitions:
+            raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         row_memory = size + PY_RECORD_OVERHEAD
         ident = _get_ident()
         while True:
@@ -651,16 +683,16 @@ class Producer:
                 buffered.
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
             UnknownTopicOrPartitionError: ``partition`` is outside the table.
+            InvalidArgumentTypeError: ``topic`` is not a str or ``partition`` not an int.
             InvalidTxnStateError: A transactional producer is not in a transaction.
         """
         self._check_usable()
         if self.txn is not None:
             self.txn.require("send", _C.IN_TRANSACTION)
+        _check_target(topic, partition)
         table = to_record_table(data, int(_time() * 1000))
         num_partitions = self._partition_count(topic)
-        if partition is not None and (
-            not isinstance(partition, int) or not 0 <= partition < num_partitions
-        ):
+        if partition is not None and not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         sizes = record_sizes(table)
         n = table.num_rows
@@ -668,10 +700,7 @@ class Producer:
         result.start(n, np.asarray(table.column("timestamp").cast(pa.int64())))
         if n and int(sizes.max()) > self._record_limit:
             row = int(np.argmax(sizes))
-            raise RecordTooLargeError(
-                f"row {row} is a record of {int(sizes[row])} bytes, larger than "
-                f"max_request_size {self.max_request_size}; nothing was sent"
-            )
+            raise self._too_large(int(sizes[row]), f"row {row}: ", "; nothing was sent")
         start = 0
         for stop in greedy_cuts(sizes, self._piece_bytes):
             piece = table.slice(start, stop - start)
@@ -1117,36 +1146,21 @@ class Producer:
             lambda: table.append(pending, transactional_id=self.transactional_id)
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
-        self._abort_expired_transactions(table)
+        self._finish_stuck_transactions(table)
         for segment, base in zip(segments, result.base_offsets, strict=True):
             segment.resolve(base)
 
-    def _abort_expired_transactions(self, table: Table) -> None:
-        """Abort other producers' transactions that pin this table's LSO past their timeout.
+    def _finish_stuck_transactions(self, table: Table) -> None:
+        """Finish other producers' transactions that pin this table's LSO.
 
-        Kafka's coordinator expires transactions itself; here whichever writer notices first
-        does it. Each open transaction's coordinator object is read once and then not again
-        before its deadline, so this costs nothing while no transaction is stuck.
+        Kafka's coordinator expires and completes transactions itself; here whichever
+        client notices first does it: an Ongoing one past its timeout is aborted, a
+        prepared one older than the grace period is completed. Each open transaction's
+        coordinator object is read once and then not again before its deadline, so this
+        costs nothing while no transaction is stuck (see ``StuckTransactionFinisher``).
         """
-        now = now_ms()
-        candidates: dict[str, int] = {}
-        for part in table.snapshot(refresh=False).partitions:
-            if part.ongoing:
-                candidates.update(part.open_transaction_ids())
-        for tid in candidates:
-            if tid == self.transactional_id or now < self._expiry_deadlines.get(tid, 0):
-                continue
-            try:
-                deadline = abort_if_expired(self.coordinator, tid, now)
-            except TxnTableError as e:
-                # The producer's own data is committed; failing its send over someone else's
-                # transaction would be wrong. recover() reports such failures.
-                _log.warning("could not expire the transaction of %s: %s", tid, e)
-                deadline = now + self.transaction_timeout_ms
-            # None: aborted now, or not Ongoing at the coordinator (its markers are still on
-            # their way). Either way look again only after a while, never on every flush.
-            recheck = now + max(1000, self.transaction_timeout_ms // 10)
-            self._expiry_deadlines[tid] = recheck if deadline is None else deadline
+        if self._finisher is not None:
+            self._finisher.check(table.snapshot(refresh=False))
 
     def _put_segment(self, path: str, data: bytes) -> None:
         self._retry(lambda: self.store.put_data_file(path, data))
