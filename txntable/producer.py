@@ -246,6 +246,7 @@ class Producer:
         self._seal_lock = threading.Lock()  # one sealer at a time: keeps partitions in order
         self._cond = threading.Condition()  # queues, memory, rounds in flight, flush
         self._open: dict[str, RecordColumns] = {}
+        self._sealing: set[ProduceResult] = set()  # under _lock: taken from _open, not queued
         self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._queued_memory = 0  # under _cond: queued and in-flight rows, encoded segments
         self._sending: list[Segment] = []  # the round in flight
@@ -823,8 +824,16 @@ class Producer:
         """Turn ``topic``'s column lists into queued Arrow runs (holding ``_seal_lock``)."""
         with self._lock:
             columns = self._open.pop(topic, None)
-        if columns is None:
-            return
+            if columns is None:
+                return
+            self._sealing.add(columns.result)  # flush() waits for it meanwhile
+        try:
+            self._seal_columns(topic, columns)
+        finally:
+            with self._lock:
+                self._sealing.discard(columns.result)
+
+    def _seal_columns(self, topic: str, columns: RecordColumns) -> None:
         columns.close()
         # The rows stay counted (as a reservation) until their Arrow copy replaces them.
         with self._cond:
@@ -861,7 +870,7 @@ class Producer:
 
     def _pending_results(self) -> set[ProduceResult]:
         with self._lock:
-            pending = {c.result for c in self._open.values()}
+            pending = {c.result for c in self._open.values()} | self._sealing
         with self._cond:
             for queue in self._queues.values():
                 pending.update(run.result for run in queue.runs)
@@ -877,7 +886,7 @@ class Producer:
             # Only buffered records need the flag (the sender clears it when it drains);
             # set with nothing buffered, it outlived this call and the next record was sent
             # at once, ignoring linger_ms.
-            if self._open or any(q.runs for q in self._queues.values()):
+            if self._open or self._sealing or any(q.runs for q in self._queues.values()):
                 self._flush_requested = True
             self._cond.notify_all()
         for result in pending:
@@ -968,7 +977,7 @@ class Producer:
     # --- the sender ----------------------------------------------------------------------
 
     def _has_buffered(self) -> bool:
-        return bool(self._open) or any(q.runs for q in self._queues.values())
+        return bool(self._open or self._sealing) or any(q.runs for q in self._queues.values())
 
     def _ready(self, now: float) -> tuple[bool, float | None]:
         opened = tuple(self._open.values())
