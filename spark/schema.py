@@ -20,7 +20,6 @@ batches whose schema equals ``to_arrow_schema(SPARK_SCHEMA, timezone="UTC")`` ex
 
 from __future__ import annotations
 
-import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -31,6 +30,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from txntable.records import READ_HEADER_STRUCT, READ_HEADERS, READ_SCHEMA, READ_TIMESTAMP
 
 HEADER_STRUCT = StructType(
     [StructField("key", StringType(), False), StructField("value", BinaryType(), True)]
@@ -48,20 +49,8 @@ SPARK_SCHEMA = StructType(
     ]
 )
 
-ARROW_HEADER_STRUCT = pa.struct(
-    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
-)
-ARROW_HEADERS = pa.list_(pa.field("element", ARROW_HEADER_STRUCT, nullable=False))
-ARROW_TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", ARROW_TIMESTAMP, nullable=False),
-        pa.field("headers", ARROW_HEADERS, nullable=False),
-    ]
-)
+# The Arrow side is the core's read schema, shared with Table.scan and the Arrow poll.
+ARROW_HEADER_STRUCT = READ_HEADER_STRUCT
+ARROW_HEADERS = READ_HEADERS
+ARROW_TIMESTAMP = READ_TIMESTAMP
+ARROW_SCHEMA = READ_SCHEMA

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 import pyarrow as pa
 
 from txntable import config
-from txntable.aborted import classify_entries
-from txntable.actions import Batch
 from txntable.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -33,15 +30,21 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
-from txntable.records import ConsumerRecord, TopicPartition, read_segment, table_to_records
+from txntable.planning import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchPlan,
+    SegmentSlice,
+    check_isolation_level,
+    plan_fetch,
+)
+from txntable.reader import SegmentCache, SegmentReader, to_output
+from txntable.records import ConsumerRecord, TopicPartition, arrow_to_records
 from txntable.snapshot import PartitionState
-from txntable.storage.base import Store
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 
-READ_COMMITTED = "read_committed"
-READ_UNCOMMITTED = "read_uncommitted"
-_SEGMENT_CACHE_SIZE = 8
+__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
 
 
 class Consumer:
@@ -62,6 +65,9 @@ class Consumer:
         unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
             a pending transactional offset commit to resolve before raising
             ``UnstableOffsetCommitError`` (0: raise at once).
+        fetch_max_bytes: Segment bytes (as stored) fetched in the background ahead of the
+            positions, so object-store latency overlaps the caller's work (Kafka's
+            ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
     """
 
     def __init__(
@@ -76,11 +82,10 @@ class Consumer:
         auto_commit_interval_ms: int = 5000,
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
+        fetch_max_bytes: int = config.FETCH_MAX_BYTES_DEFAULT,
     ) -> None:
-        if isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
-            raise InvalidConfigurationError(
-                f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}"
-            )
+        check_isolation_level(isolation_level)
+        config.positive_int("fetch_max_bytes", fetch_max_bytes)
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigurationError("auto_offset_reset must be earliest, latest or none")
         self.warehouse = warehouse
@@ -91,7 +96,8 @@ class Consumer:
         self._tables: dict[str, Table] = {}
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
-        self._segments: OrderedDict[str, pa.Table] = OrderedDict()
+        self.fetch_max_bytes = fetch_max_bytes
+        self._cache: SegmentCache | None = None
         self._closed = False
         self._next_start = 0
         self.group_id = group_id
@@ -124,6 +130,9 @@ class Consumer:
         tps = list(dict.fromkeys(partitions))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
+        for tp in self._assignment:
+            if tp not in tps:
+                self._forget_read_ahead(tp)
         self._assignment = tps
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
 
@@ -200,10 +209,36 @@ class Consumer:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Return records from the assigned partitions, waiting up to ``timeout_ms`` for some.
 
+        At most ``max_records`` (default ``max_poll_records``) in all. Each poll starts one
+        partition further than the last, so none starves. Segments the next polls will read
+        are fetched in the background meanwhile (up to ``fetch_max_bytes``).
+
         Raises:
             OffsetOutOfRangeError: A position is outside the log and ``auto_offset_reset``
                 is ``none``.
+            MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
+        return {
+            tp: arrow_to_records(table, tp.topic, tp.partition)
+            for tp, table in self._poll(timeout_ms, max_records).items()
+        }
+
+    def poll_arrow(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, pa.Table]:
+        """:meth:`poll`, with each partition's records as one Arrow table.
+
+        The tables have the columns of ``Table.scan`` (key, value, topic, partition,
+        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`). Positions move
+        exactly as :meth:`poll` moves them, past markers and aborted batches included.
+
+        Raises:
+            OffsetOutOfRangeError: As :meth:`poll`.
+            MissingSegmentError: As :meth:`poll`.
+        """
+        return self._poll(timeout_ms, max_records)
+
+    def _poll(self, timeout_ms: int, max_records: int | None) -> dict[TopicPartition, pa.Table]:
         self._check_open()
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
@@ -211,25 +246,52 @@ class Consumer:
         while True:
             for table in {tp.topic for tp in self._assignment}:
                 self._table(table).snapshot(refresh=True)
-            out: dict[TopicPartition, list[ConsumerRecord]] = {}
-            remaining = limit
-            # Start each poll one partition further (Kafka rotates fetch order too), so a
-            # busy partition cannot starve the others when max_records is reached.
-            n = len(self._assignment)
-            start = self._next_start % n if n else 0
-            self._next_start = start + 1
-            for tp in self._assignment[start:] + self._assignment[:start]:
-                if remaining <= 0:
-                    break
-                records = self._fetch(tp, remaining)
-                if records:
-                    out[tp] = records
-                    remaining -= len(records)
+            out = self._fetch(limit)
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(self.fetch_backoff_ms / 1000, max(deadline - time.monotonic(), 0)))
 
-    def _fetch(self, tp: TopicPartition, max_records: int) -> list[ConsumerRecord]:
+    def _fetch(self, limit: int) -> dict[TopicPartition, pa.Table]:
+        # Start each poll one partition further (Kafka rotates fetch order too), so a
+        # busy partition cannot starve the others when max_records is reached.
+        n = len(self._assignment)
+        start = self._next_start % n if n else 0
+        self._next_start = start + 1
+        order = self._assignment[start:] + self._assignment[:start]
+        committed = self.isolation_level == READ_COMMITTED
+        # Enough read-ahead per partition to keep every fetch thread busy.
+        lookahead = max(1, -(-2 * config.READ_WORKERS_DEFAULT // max(n, 1)))
+        plans: list[tuple[TopicPartition, FetchPlan]] = []
+        ahead: list[tuple[TopicPartition, list[SegmentSlice]]] = []
+        remaining = limit
+        for tp in order:
+            if remaining > 0:
+                part, pos = self._fetch_position(tp)
+                plan = plan_fetch(part, pos, self._end(part), committed, remaining, lookahead)
+                plans.append((tp, plan))
+                ahead.append((tp, plan.ahead))
+                remaining -= plan.rows
+            elif tp in self._positions:  # not read this poll: only read ahead
+                part, pos = self._partition(tp), self._positions[tp]
+                if part.log_start_offset <= pos <= part.high_watermark:
+                    plan = plan_fetch(part, pos, self._end(part), committed, 0, lookahead)
+                    ahead.append((tp, plan.ahead))
+        cache = self._segment_cache()
+        for tp, plan in plans:
+            cache.request(plan.slices, tp, within_budget=False)
+        # The next poll starts one partition further: its segments are wanted first.
+        for tp, slices in ahead[1:] + ahead[:1]:
+            cache.request(slices, tp)
+        out = {}
+        for tp, plan in plans:  # every segment is read before any position moves
+            if plan.slices:
+                out[tp] = self._rows(tp, plan.slices, cache)
+        for tp, plan in plans:
+            self._positions[tp] = plan.position
+            cache.release(tp, plan.position)
+        return out
+
+    def _fetch_position(self, tp: TopicPartition) -> tuple[PartitionState, int]:
         if tp not in self._positions:
             self._reset(tp)
         part = self._partition(tp)
@@ -241,43 +303,26 @@ class Consumer:
                 )
             self._reset(tp, use_committed=False)
             pos = self._positions[tp]
-        committed = self.isolation_level == READ_COMMITTED
-        upper = self._end(part)
-        entries = part.entries_between(pos, upper)
-        aborted = part.aborted_between(pos, upper) if committed else []
-        out: list[ConsumerRecord] = []
-        for entry, visible in classify_entries(entries, aborted) if committed else (
-            (e, isinstance(e, Batch)) for e in entries
-        ):
-            if len(out) >= max_records:
-                break
-            if not visible:
-                pos = max(pos, entry.next_offset)
-                continue
-            assert isinstance(entry, Batch)
-            segment = self._segment(entry)
-            start = max(pos - entry.baseOffset, 0)
-            stop = min(entry.count, start + max_records - len(out))
-            out.extend(
-                table_to_records(segment, tp.topic, tp.partition, entry.baseOffset, start, stop)
-            )
-            pos = entry.baseOffset + stop
-        self._positions[tp] = pos
-        return out
+        return part, pos
 
-    def _segment(self, batch: Batch) -> pa.Table:
-        cached = self._segments.get(batch.path)
-        if cached is not None:
-            self._segments.move_to_end(batch.path)
-            return cached
-        table = read_segment(self._table_store(), batch.path, batch.count)
-        self._segments[batch.path] = table
-        if len(self._segments) > _SEGMENT_CACHE_SIZE:
-            self._segments.popitem(last=False)
-        return table
+    def _rows(
+        self, tp: TopicPartition, slices: list[SegmentSlice], cache: SegmentCache
+    ) -> pa.Table:
+        tables = []
+        for s in slices:
+            segment = cache.get(s, tp)
+            tables.append(to_output(segment.slice(s.row_start, s.rows), s, tp.topic))
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
-    def _table_store(self) -> Store:
-        return self.warehouse.store
+    def _segment_cache(self) -> SegmentCache:
+        if self._cache is None:
+            reader = SegmentReader(self.warehouse.store)
+            self._cache = SegmentCache(reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT)
+        return self._cache
+
+    def _forget_read_ahead(self, tp: TopicPartition) -> None:
+        if self._cache is not None:
+            self._cache.release(tp)
 
     # --- groups ---------------------------------------------------------------------------
 
@@ -371,7 +416,8 @@ class Consumer:
         if self.enable_auto_commit and self._positions:
             self.commit()
         self._closed = True
-        self._segments.clear()
+        if self._cache is not None:
+            self._cache.close()
 
     def __enter__(self) -> Consumer:
         return self

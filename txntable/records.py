@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import pairwise, repeat
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txntable.errors import (
@@ -31,6 +32,26 @@ SEGMENT_SCHEMA = pa.schema(
         pa.field("value", pa.binary()),
         pa.field("headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False))),
         pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
+    ]
+)
+
+#: What every reader returns (``Table.scan``, the Arrow poll, the Spark source): the segment
+#: columns plus topic, partition and offset, in the column order of Spark's Kafka source.
+#: Topic, partition, offset, timestamp and headers are never null (no headers: an empty list).
+READ_HEADER_STRUCT = pa.struct(
+    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
+)
+READ_HEADERS = pa.list_(pa.field("element", READ_HEADER_STRUCT, nullable=False))
+READ_TIMESTAMP = pa.timestamp("us", tz="UTC")
+READ_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", READ_TIMESTAMP, nullable=False),
+        pa.field("headers", READ_HEADERS, nullable=False),
     ]
 )
 
@@ -113,7 +134,7 @@ def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
         SchemaMismatchError: If its schema or row count does not match the batch.
     """
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.ParquetFile(pa.BufferReader(data)).read()
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptLogError(f"segment is not readable Parquet ({e})", path) from None
     return check_segment(table, path, expected_count)
@@ -148,24 +169,46 @@ def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
     return decode_segment(data, path, expected_count)
 
 
-def table_to_records(
-    table: pa.Table, topic: str, partition: int, base_offset: int, start: int, stop: int
-) -> list[ConsumerRecord]:
-    """Turn rows ``[start, stop)`` of a segment into consumer records."""
-    sliced = table.slice(start, stop - start)
-    keys = sliced.column("key").to_pylist()
-    values = sliced.column("value").to_pylist()
-    headers: list[Any] = sliced.column("headers").to_pylist()
-    stamps = sliced.column("timestamp").cast(pa.int64()).to_pylist()
-    return [
-        ConsumerRecord(
-            topic,
-            partition,
-            base_offset + start + i,
-            keys[i],
-            values[i],
-            [(h["key"], h["value"]) for h in headers[i] or []],
-            stamps[i],
+def arrow_to_records(table: pa.Table, topic: str, partition: int) -> list[ConsumerRecord]:
+    """Turn rows of one partition in :data:`READ_SCHEMA` into consumer records.
+
+    Vectorised: each column is converted to Python once (``to_pylist``), and the records are
+    built by one ``map`` over the columns; headers are rebuilt from the flattened key and
+    value columns, and skipped entirely when no row has any.
+    """
+    n = table.num_rows
+    if n == 0:
+        return []
+    offsets = table.column("offset").to_pylist()
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    # Microseconds in READ_SCHEMA, milliseconds in a record (exact: segments store ms).
+    stamps = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    headers = _headers_to_python(table.column("headers"), n)
+    return list(
+        map(
+            ConsumerRecord,
+            repeat(topic, n),
+            repeat(partition, n),
+            offsets,
+            keys,
+            values,
+            headers,
+            stamps,
         )
-        for i in range(len(keys))
-    ]
+    )
+
+
+def _headers_to_python(column: pa.ChunkedArray, n: int) -> list[list[Header]]:
+    out: list[list[Header]] = []
+    for chunk in column.chunks:
+        flat = chunk.flatten()
+        if len(flat) == 0:
+            out.extend([] for _ in range(len(chunk)))
+            continue
+        keys = flat.field("key").to_pylist()
+        pairs = list(zip(keys, flat.field("value").to_pylist(), strict=True))
+        bounds = chunk.offsets.to_pylist()
+        base = bounds[0]
+        out.extend(pairs[a - base : b - base] for a, b in pairwise(bounds))
+    return out
