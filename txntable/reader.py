@@ -104,12 +104,19 @@ def to_output(rows: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
             rows.column("value"),
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-            pa.array(np.arange(first, first + n, dtype=np.int64)),
+            offsets_array(first, n),
             rows.column("timestamp").cast(READ_TIMESTAMP),
             headers.cast(READ_HEADERS),
         ],
         schema=READ_SCHEMA,
     )
+
+
+def offsets_array(first: int, n: int) -> pa.Array:
+    """``first, first + 1, …`` (``n`` of them) as an int64 Arrow array."""
+    # From the numpy buffer directly: pa.array(ndarray) would import pandas (a second).
+    values = np.arange(first, first + n, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(values)])
 
 
 def prefetch(

@@ -8,8 +8,10 @@ computes them as the batch's base offset plus the row index.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from itertools import pairwise, repeat
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -84,17 +86,19 @@ class ProducerRecord:
         return size
 
 
-@dataclass(frozen=True)
-class ConsumerRecord:
-    """A record returned by :meth:`Consumer.poll`."""
+class ConsumerRecord(NamedTuple):
+    """A record returned by :meth:`Consumer.poll`.
+
+    A named tuple, as kafka-python's: immutable, and cheap to build by the million.
+    """
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[Header] = field(default_factory=list)
-    timestamp: int = 0
+    headers: list[Header]
+    timestamp: int
 
 
 @dataclass(frozen=True)
@@ -184,22 +188,18 @@ def arrow_to_records(table: pa.Table, topic: str, partition: int) -> list[Consum
     values = table.column("value").to_pylist()
     # Microseconds in READ_SCHEMA, milliseconds in a record (exact: segments store ms).
     stamps = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-    headers = _headers_to_python(table.column("headers"), n)
-    return list(
-        map(
-            ConsumerRecord,
-            repeat(topic, n),
-            repeat(partition, n),
-            offsets,
-            keys,
-            values,
-            headers,
-            stamps,
-        )
+    headers = _headers_to_python(table.column("headers"))
+    columns = zip(
+        repeat(topic, n), repeat(partition, n), offsets, keys, values, headers, stamps, strict=True
     )
+    return list(map(_new_record, columns))
 
 
-def _headers_to_python(column: pa.ChunkedArray, n: int) -> list[list[Header]]:
+# tuple.__new__ over zipped columns builds each record in C, without a Python-level call.
+_new_record = partial(tuple.__new__, ConsumerRecord)
+
+
+def _headers_to_python(column: pa.ChunkedArray) -> list[list[Header]]:
     out: list[list[Header]] = []
     for chunk in column.chunks:
         flat = chunk.flatten()
