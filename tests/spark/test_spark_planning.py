@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from sparkutil import TableWriter, rec
+from sparkutil import TableWriter, arrow_rows, rec
 
 from txntable.actions import Batch
 from txntable.errors import (
@@ -407,3 +407,26 @@ def test_stream_reader_rate_limit_and_available_now(mixed: TableWriter) -> None:
     # One handle whose snapshot is refreshed in place: no reload per micro-batch.
     assert reader._table is table and table is not None
     assert table.snapshot(refresh=False) is snap and snap.version == mixed.table.snapshot().version
+
+
+@pytest.mark.parametrize("read_committed", [True, False])
+def test_table_scan_matches_the_model(read_committed: bool) -> None:
+    """``Table.scan`` (the core read path Spark executors use) against the writer's model."""
+    wh = _wh()
+    tw = TableWriter(wh, "orders", 2)
+    tw.batch(0, [rec(i) for i in range(3)])
+    tw.batch(0, [rec(10 + i, b"t") for i in range(2)], pid=1, txn=True)
+    tw.batch(1, [rec(20 + i, headers=2) for i in range(4)], pid=2, txn=True)
+    tw.end_txn(1, commit=False)
+    tw.batch(0, [rec(30 + i, b"t") for i in range(2)], pid=2, txn=True)
+    tw.end_txn(2, commit=True)
+    tw.batch(1, [rec(40)], pid=3, txn=True)  # open
+    tw.batch(1, [rec(50 + i) for i in range(2)])  # above the LSO
+    level = "read_committed" if read_committed else "read_uncommitted"
+    assert arrow_rows(tw.table.scan(isolation_level=level).to_arrow()) == tw.expected(
+        read_committed
+    )
+    ranged = tw.table.scan(
+        isolation_level=level, starting_offsets={0: 1, 1: 2}, ending_offsets={0: 7}
+    )
+    assert arrow_rows(ranged.to_arrow()) == tw.expected(read_committed, {0: 1, 1: 2}, {0: 7})
