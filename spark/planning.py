@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import partial
 
 from txntable.planning import (
     OffsetRange,
@@ -23,7 +24,7 @@ from txntable.planning import (
 from txntable.planning import resolve_ranges as _resolve_ranges
 from txntable.snapshot import TableSnapshot
 
-from .options import OffsetSpec, ReadOptions
+from .options import ReadOptions
 
 __all__ = [
     "MIN_SPLIT_BYTES",
@@ -48,27 +49,8 @@ OFFSET_OPTIONS = ("startingOffsets", "endingOffsets")
 DATA_LOSS_HINT = " (set failOnDataLoss=false to start there instead)"
 
 
-def resolve_ranges(
-    snap: TableSnapshot,
-    starting: OffsetSpec,
-    ending: OffsetSpec,
-    read_committed: bool,
-    fail_on_data_loss: bool = True,
-) -> list[OffsetRange]:
-    """Per partition, the offset range a batch read covers (see the core's ``resolve_ranges``).
-
-    Raises:
-        OffsetOutOfRangeError: For an offset out of range (messages name the options).
-    """
-    return _resolve_ranges(
-        snap,
-        starting,
-        ending,
-        read_committed,
-        fail_on_data_loss,
-        names=OFFSET_OPTIONS,
-        data_loss_hint=DATA_LOSS_HINT,
-    )
+#: The core's ``resolve_ranges`` with messages naming Spark's options.
+resolve_ranges = partial(_resolve_ranges, names=OFFSET_OPTIONS, data_loss_hint=DATA_LOSS_HINT)
 
 
 def pack_slices(

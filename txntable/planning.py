@@ -233,23 +233,17 @@ def resolve_ranges(
     out = []
     for p in wanted:
         part = snap.partition(p)
-        first = resolve_offset(
-            part,
-            starting.for_partition(p),
-            read_committed,
-            start=True,
-            fail_on_data_loss=fail_on_data_loss,
-            name=start_name,
-            data_loss_hint=data_loss_hint,
-        )
-        end = resolve_offset(
-            part,
-            ending.for_partition(p),
-            read_committed,
-            start=False,
-            fail_on_data_loss=fail_on_data_loss,
-            name=end_name,
-            data_loss_hint=data_loss_hint,
+        first, end = (
+            resolve_offset(
+                part,
+                spec.for_partition(p),
+                read_committed,
+                start=is_start,
+                fail_on_data_loss=fail_on_data_loss,
+                name=name,
+                data_loss_hint=data_loss_hint,
+            )
+            for spec, is_start, name in ((starting, True, start_name), (ending, False, end_name))
         )
         # A start past the end (e.g. inside an open transaction) is an empty range.
         out.append(OffsetRange(p, first, max(first, end)))
