@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from txntable.planning import SegmentSlice
 from txntable.records import READ_HEADERS, READ_SCHEMA, READ_TIMESTAMP, check_segment, read_segment
-from txntable.storage.base import Store, StoreWrapper
+from txntable.storage.base import Store, StoreWrapper, validate_key
 
 #: Above this size a remote segment is read with ranged requests through pyarrow's file
 #: system (footer, then column chunks); below it one GET of the whole object is cheaper.
@@ -66,6 +66,7 @@ class SegmentReader:
         """
         if self._fs is not None and (self._local or size > SMALL_SEGMENT_BYTES):
             fs, base = self._fs
+            validate_key(path)  # as the store would: a log entry must not escape the root
             try:
                 with fs.open_input_file(f"{base}/{path}" if base else path) as f:
                     table = pq.ParquetFile(f).read()
