@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
+import numpy as np
 import pyarrow as pa
 
 from txntable import config
@@ -38,13 +39,16 @@ from txntable.planning import (
     check_isolation_level,
     plan_fetch,
 )
-from txntable.reader import SegmentCache, SegmentReader, to_output
-from txntable.records import ConsumerRecord, TopicPartition, arrow_to_records
+from txntable.reader import SegmentCache, SegmentReader, slice_offsets, to_output
+from txntable.records import ConsumerRecord, TopicPartition, rows_to_records
 from txntable.snapshot import PartitionState
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
+
+#: What a fetch returns for one partition: segment rows and their offsets.
+Fetched = tuple[pa.Table, np.ndarray]
 
 
 class Consumer:
@@ -219,8 +223,8 @@ class Consumer:
             MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
         return {
-            tp: arrow_to_records(table, tp.topic, tp.partition)
-            for tp, table in self._poll(timeout_ms, max_records).items()
+            tp: rows_to_records(rows, offsets.tolist(), tp.topic, tp.partition)
+            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
         }
 
     def poll_arrow(
@@ -236,9 +240,12 @@ class Consumer:
             OffsetOutOfRangeError: As :meth:`poll`.
             MissingSegmentError: As :meth:`poll`.
         """
-        return self._poll(timeout_ms, max_records)
+        return {
+            tp: to_output(rows, offsets, tp.partition, tp.topic)
+            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
+        }
 
-    def _poll(self, timeout_ms: int, max_records: int | None) -> dict[TopicPartition, pa.Table]:
+    def _poll(self, timeout_ms: int, max_records: int | None) -> dict[TopicPartition, Fetched]:
         self._check_open()
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
@@ -251,7 +258,7 @@ class Consumer:
                 return out
             time.sleep(min(self.fetch_backoff_ms / 1000, max(deadline - time.monotonic(), 0)))
 
-    def _fetch(self, limit: int) -> dict[TopicPartition, pa.Table]:
+    def _fetch(self, limit: int) -> dict[TopicPartition, Fetched]:
         # Start each poll one partition further (Kafka rotates fetch order too), so a
         # busy partition cannot starve the others when max_records is reached.
         n = len(self._assignment)
@@ -305,14 +312,10 @@ class Consumer:
             pos = self._positions[tp]
         return part, pos
 
-    def _rows(
-        self, tp: TopicPartition, slices: list[SegmentSlice], cache: SegmentCache
-    ) -> pa.Table:
-        tables = []
-        for s in slices:
-            segment = cache.get(s, tp)
-            tables.append(to_output(segment.slice(s.row_start, s.rows), s, tp.topic))
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    def _rows(self, tp: TopicPartition, slices: list[SegmentSlice], cache: SegmentCache) -> Fetched:
+        parts = [cache.get(s, tp).slice(s.row_start, s.rows) for s in slices]
+        rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        return rows, slice_offsets(slices)
 
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:

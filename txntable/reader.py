@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -85,17 +85,24 @@ class SegmentReader:
 
     def read_output(self, s: SegmentSlice, topic: str) -> pa.Table:
         """The rows of ``s`` in :data:`~txntable.records.READ_SCHEMA`."""
-        return to_output(self.read_slice(s), s, topic)
+        return to_output(self.read_slice(s), slice_offsets([s]), s.partition, topic)
 
 
-def to_output(rows: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
-    """Rows ``[s.row_start, s.row_stop)`` of a segment -> :data:`READ_SCHEMA`.
+def slice_offsets(slices: Sequence[SegmentSlice]) -> np.ndarray:
+    """The offset of every row of ``slices``, in order: row ``i`` has ``base_offset + i``."""
+    ranges = [np.arange(s.first_offset, s.next_offset, dtype=np.int64) for s in slices]
+    if len(ranges) == 1:
+        return ranges[0]
+    return np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)
 
-    Adds topic, partition and offset (``base_offset + row``), widens the timestamp to
-    microseconds and turns null header lists into empty ones.
+
+def to_output(rows: pa.Table, offsets: np.ndarray, partition: int, topic: str) -> pa.Table:
+    """Segment rows of one partition, with their offsets -> :data:`READ_SCHEMA`.
+
+    Adds topic, partition and offset, widens the timestamp to microseconds and turns null
+    header lists into empty ones.
     """
     n = rows.num_rows
-    first = s.first_offset
     headers = rows.column("headers")
     if headers.null_count:
         headers = pc.if_else(pc.is_null(headers), pa.scalar([], headers.type), headers)
@@ -104,20 +111,14 @@ def to_output(rows: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
             rows.column("key"),
             rows.column("value"),
             pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-            offsets_array(first, n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            # From the numpy buffer directly: pa.array(ndarray) would import pandas.
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
             rows.column("timestamp").cast(READ_TIMESTAMP),
             headers.cast(READ_HEADERS),
         ],
         schema=READ_SCHEMA,
     )
-
-
-def offsets_array(first: int, n: int) -> pa.Array:
-    """``first, first + 1, …`` (``n`` of them) as an int64 Arrow array."""
-    # From the numpy buffer directly: pa.array(ndarray) would import pandas (a second).
-    values = np.arange(first, first + n, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(values)])
 
 
 def prefetch(

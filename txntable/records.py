@@ -173,22 +173,20 @@ def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
     return decode_segment(data, path, expected_count)
 
 
-def arrow_to_records(table: pa.Table, topic: str, partition: int) -> list[ConsumerRecord]:
-    """Turn rows of one partition in :data:`READ_SCHEMA` into consumer records.
+def rows_to_records(
+    rows: pa.Table, offsets: list[int], topic: str, partition: int
+) -> list[ConsumerRecord]:
+    """Turn segment rows of one partition, with their offsets, into consumer records.
 
-    Vectorised: each column is converted to Python once (``to_pylist``), and the records are
+    Vectorised: each column is converted to Python once (``to_pylist``) and the records are
     built by one ``map`` over the columns; headers are rebuilt from the flattened key and
     value columns, and skipped entirely when no row has any.
     """
-    n = table.num_rows
-    if n == 0:
-        return []
-    offsets = table.column("offset").to_pylist()
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
-    # Microseconds in READ_SCHEMA, milliseconds in a record (exact: segments store ms).
-    stamps = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-    headers = _headers_to_python(table.column("headers"))
+    n = rows.num_rows
+    keys = rows.column("key").to_pylist()
+    values = rows.column("value").to_pylist()
+    stamps = rows.column("timestamp").cast(pa.int64()).to_pylist()  # epoch milliseconds
+    headers = _headers_to_python(rows.column("headers"))
     columns = zip(
         repeat(topic, n), repeat(partition, n), offsets, keys, values, headers, stamps, strict=True
     )
@@ -202,6 +200,8 @@ _new_record = partial(tuple.__new__, ConsumerRecord)
 def _headers_to_python(column: pa.ChunkedArray) -> list[list[Header]]:
     out: list[list[Header]] = []
     for chunk in column.chunks:
+        if chunk.null_count:  # a null list may still span child entries: make it empty
+            chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
         flat = chunk.flatten()
         if len(flat) == 0:
             out.extend([] for _ in range(len(chunk)))
