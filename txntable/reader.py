@@ -45,16 +45,24 @@ class SegmentReader:
     """
 
     def __init__(self, store: Store) -> None:
-        self.store = store
-        self._fs: tuple[pafs.FileSystem, str] | None = None
-        self._local = False
-        if not isinstance(store, StoreWrapper):
-            from txntable.storage.arrowfs import arrow_filesystem
+        from txntable.storage.local import LocalStore
 
-            found = arrow_filesystem(store)
-            if found is not None:
-                self._fs = (found[0], found[1].rstrip("/"))
-                self._local = isinstance(found[0], pafs.LocalFileSystem)
+        self.store = store
+        self._local = isinstance(store, LocalStore)
+        self._fs: tuple[pafs.FileSystem, str] | None = None
+        self._fs_lock = threading.Lock()
+        self._fs_resolved = False
+
+    def _filesystem(self) -> tuple[pafs.FileSystem, str] | None:
+        # Resolved on first need: an S3 file system sets up an AWS client.
+        with self._fs_lock:
+            if not self._fs_resolved:
+                from txntable.storage.arrowfs import arrow_filesystem
+
+                found = arrow_filesystem(self.store)
+                self._fs = None if found is None else (found[0], found[1].rstrip("/"))
+                self._fs_resolved = True
+            return self._fs
 
     def read_segment(self, path: str, count: int, size: int) -> pa.Table:
         """The whole segment at ``path``, checked to hold ``count`` records.
@@ -64,8 +72,12 @@ class SegmentReader:
             CorruptLogError: If it is not Parquet.
             SchemaMismatchError: If it does not match its batch.
         """
-        if self._fs is not None and (self._local or size > SMALL_SEGMENT_BYTES):
-            fs, base = self._fs
+        direct = self._local or (
+            size > SMALL_SEGMENT_BYTES and not isinstance(self.store, StoreWrapper)
+        )
+        found = self._filesystem() if direct else None
+        if found is not None:
+            fs, base = found
             validate_key(path)  # as the store would: a log entry must not escape the root
             try:
                 with fs.open_input_file(f"{base}/{path}" if base else path) as f:
