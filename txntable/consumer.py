@@ -268,6 +268,7 @@ class Consumer:
         committed = self.isolation_level == READ_COMMITTED
         # Enough read-ahead per partition to keep every fetch thread busy.
         lookahead = max(1, -(-2 * config.READ_WORKERS_DEFAULT // max(n, 1)))
+        cache = self._segment_cache()
         plans: list[tuple[TopicPartition, FetchPlan]] = []
         ahead: list[tuple[TopicPartition, list[SegmentSlice]]] = []
         remaining = limit
@@ -278,12 +279,13 @@ class Consumer:
                 plans.append((tp, plan))
                 ahead.append((tp, plan.ahead))
                 remaining -= plan.rows
-            elif tp in self._positions:  # not read this poll: only read ahead
+            elif tp in self._positions and not cache.holds(tp):
+                # Not read this poll and nothing fetched ahead yet: start its read-ahead
+                # (a partition read ahead when it was last read keeps what it has).
                 part, pos = self._partition(tp), self._positions[tp]
                 if part.log_start_offset <= pos <= part.high_watermark:
                     plan = plan_fetch(part, pos, self._end(part), committed, 0, lookahead)
                     ahead.append((tp, plan.ahead))
-        cache = self._segment_cache()
         for tp, plan in plans:
             cache.request(plan.slices, tp, within_budget=False)
         # The next poll starts one partition further: its segments are wanted first.

@@ -237,6 +237,11 @@ class SegmentCache:
                     return
                 self._submit(s, owner)
 
+    def holds(self, owner: Hashable) -> bool:
+        """Whether any segment of ``owner`` is held (fetched or in flight)."""
+        with self._lock:
+            return any(e.owner == owner for e in self._entries.values())
+
     def get(self, s: SegmentSlice, owner: Hashable) -> pa.Table:
         """The whole segment of ``s``, fetched now if it was not requested.
 

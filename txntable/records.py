@@ -7,6 +7,7 @@ computes them as the batch's base offset plus the row index.
 
 from __future__ import annotations
 
+import gc
 import io
 from dataclasses import dataclass
 from functools import partial
@@ -183,14 +184,32 @@ def rows_to_records(
     value columns, and skipped entirely when no row has any.
     """
     n = rows.num_rows
-    keys = rows.column("key").to_pylist()
-    values = rows.column("value").to_pylist()
-    stamps = rows.column("timestamp").cast(pa.int64()).to_pylist()  # epoch milliseconds
-    headers = _headers_to_python(rows.column("headers"))
-    columns = zip(
-        repeat(topic, n), repeat(partition, n), offsets, keys, values, headers, stamps, strict=True
-    )
-    return list(map(_new_record, columns))
+    # Every record (a tuple holding a headers list) is tracked by the cyclic GC, which would
+    # otherwise run many times while thousands of them are built and all still referenced,
+    # each pass walking the ones made so far: pausing it halves the cost of a poll. Nothing
+    # built here can form a cycle.
+    was_enabled = gc.isenabled()
+    if was_enabled:
+        gc.disable()
+    try:
+        keys = rows.column("key").to_pylist()
+        values = rows.column("value").to_pylist()
+        stamps = rows.column("timestamp").cast(pa.int64()).to_pylist()  # epoch milliseconds
+        headers = _headers_to_python(rows.column("headers"))
+        columns = zip(
+            repeat(topic, n),
+            repeat(partition, n),
+            offsets,
+            keys,
+            values,
+            headers,
+            stamps,
+            strict=True,
+        )
+        return list(map(_new_record, columns))
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 # tuple.__new__ over zipped columns builds each record in C, without a Python-level call.
