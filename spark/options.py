@@ -39,6 +39,7 @@ from typing import Literal
 from txntable.errors import InvalidConfigurationError
 from txntable.names import validate_table_name
 from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
+from txntable.storage import check_storage_options
 
 __all__ = [
     "EARLIEST",
@@ -155,7 +156,8 @@ def parse_location(options: Mapping[str, str]) -> TableLocation:
     """The table location from ``path`` or ``warehouse`` + ``table``.
 
     Raises:
-        InvalidConfigurationError: If neither form is given, or both disagree.
+        InvalidConfigurationError: If neither form is given, or both disagree, or a
+            ``storage.*`` option is unknown to the warehouse's backend.
     """
     path = _get(options, "path")
     warehouse = _get(options, "warehouse")
@@ -170,7 +172,9 @@ def parse_location(options: Mapping[str, str]) -> TableLocation:
         raise InvalidConfigurationError(
             "txntable needs a path (load('<warehouse>/<table>')) or options warehouse and table"
         )
-    return TableLocation(url, name, storage_options(options))
+    storage = storage_options(options)
+    check_storage_options(url, storage)  # refused here, at planning, not in a task
+    return TableLocation(url, name, storage)
 
 
 def parse_isolation_level(value: str | None) -> IsolationLevel:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 import uuid
@@ -20,7 +21,14 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from txntable import config
-from txntable.actions import Action, CommitInfo, check_protocol, decode_actions, encode_actions
+from txntable.actions import (
+    Action,
+    CommitInfo,
+    check_protocol,
+    decode_actions,
+    encode_actions,
+    loads_strict,
+)
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
@@ -34,6 +42,8 @@ from txntable.storage.base import Store
 
 LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
+#: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
+CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -140,7 +150,7 @@ class Log:
     def _checkpoint_hint(self) -> int | None:
         try:
             data = self.store.get(self.last_checkpoint_key).data
-            version = json.loads(data)["version"]
+            version = loads_strict(data)["version"]
         except ObjectNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
@@ -151,10 +161,9 @@ class Log:
         """Checkpoint versions at or below ``at_most``, newest first (a cold-start fallback)."""
         versions = []
         for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
-            name = key.rsplit("/", 1)[-1]
-            stem, _, suffix = name.partition(".")
-            if suffix == "checkpoint.json" and stem.isdigit():
-                v = int(stem)
+            match = CHECKPOINT_NAME.fullmatch(key.rsplit("/", 1)[-1])
+            if match:
+                v = int(match.group(1))
                 if at_most is None or v <= at_most:
                     versions.append(v)
         return sorted(versions, reverse=True)

@@ -139,6 +139,8 @@ def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
         SchemaMismatchError: If its schema or row count does not match the batch.
     """
     try:
+        # ParquetFile, not read_table: the dataset reader refuses a file with a column
+        # name twice, which is valid Parquet (and a schema mismatch, reported below).
         table = pq.ParquetFile(pa.BufferReader(data)).read()
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptLogError(f"segment is not readable Parquet ({e})", path) from None
@@ -146,11 +148,19 @@ def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
 
 
 def check_segment(table: pa.Table, path: str, expected_count: int) -> pa.Table:
-    """Check a decoded segment's schema and row count against its batch action."""
+    """Check a decoded segment's schema and row count against its batch action.
+
+    Columns are taken by name and cast to the segment schema: their order is free and
+    columns of other names are ignored (the spec's "any Parquet file that casts").
+
+    Raises:
+        SchemaMismatchError: A segment column is missing, present twice or does not cast,
+            or the row count differs from the batch's.
+    """
     if not table.schema.equals(SEGMENT_SCHEMA):
         try:
-            table = table.cast(SEGMENT_SCHEMA)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+            table = table.select(SEGMENT_SCHEMA.names).cast(SEGMENT_SCHEMA)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
             raise SchemaMismatchError(
                 f"segment {path} does not match the record schema: {e}"
             ) from None
