@@ -43,4 +43,4 @@ FETCH_MAX_BYTES_DEFAULT = 52_428_800
 
 # Readers (Consumer, Table.scan)
 #: Threads fetching segments at once: object-store reads are latency bound, not CPU bound.
-READ_WORKERS_DEFAULT = 8
+READ_WORKERS_DEFAULT = 16
