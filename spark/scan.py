@@ -41,7 +41,11 @@ def cached_store(url: str, storage_options: dict[str, str]) -> Store:
 
 
 def read_slices(
-    url: str, storage_options: dict[str, str], topic: str, slices: list[SegmentSlice]
+    url: str,
+    storage_options: dict[str, str],
+    topic: str,
+    slices: list[SegmentSlice],
+    include_headers: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of ``slices``, in order, in the exact output schema."""
     if not slices:
@@ -50,7 +54,10 @@ def read_slices(
     window = min(PREFETCH, len(slices))
     buffered: list[pa.Table] = []
     rows = 0
-    for table in prefetch(slices, lambda s: reader.read_output(s, topic), window):
+    def read(s: SegmentSlice) -> pa.Table:
+        return reader.read_output(s, topic, include_headers)
+
+    for table in prefetch(slices, read, window):
         buffered.append(table)
         rows += table.num_rows
         if rows >= TARGET_BATCH_ROWS:

@@ -11,6 +11,9 @@ Columns follow Spark's Kafka source (without ``timestampType``)::
     headers    array<struct<key: string NOT NULL, value: binary>> NOT NULL,
                elements NOT NULL        (a record without headers has an empty array)
 
+With the read option ``includeHeaders=false`` the ``headers`` column is left out
+(:func:`spark_schema`, :data:`ARROW_SCHEMA_NO_HEADERS`).
+
 Every record has a topic, partition, offset, timestamp and a (possibly empty) header list,
 so those are declared non-null, unlike the Kafka source, which declares everything
 nullable; header values may be null as in Kafka. Python data sources must yield Arrow
@@ -31,7 +34,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txntable.records import READ_HEADER_STRUCT, READ_HEADERS, READ_SCHEMA, READ_TIMESTAMP
+from txntable.records import (
+    READ_HEADER_STRUCT,
+    READ_HEADERS,
+    READ_SCHEMA,
+    READ_SCHEMA_NO_HEADERS,
+    READ_TIMESTAMP,
+)
 
 HEADER_STRUCT = StructType(
     [StructField("key", StringType(), False), StructField("value", BinaryType(), True)]
@@ -54,3 +63,12 @@ ARROW_HEADER_STRUCT = READ_HEADER_STRUCT
 ARROW_HEADERS = READ_HEADERS
 ARROW_TIMESTAMP = READ_TIMESTAMP
 ARROW_SCHEMA = READ_SCHEMA
+#: :data:`ARROW_SCHEMA` without ``headers`` (``includeHeaders=false``).
+ARROW_SCHEMA_NO_HEADERS = READ_SCHEMA_NO_HEADERS
+
+
+def spark_schema(include_headers: bool = True) -> StructType:
+    """The read schema; without the ``headers`` column when ``includeHeaders`` is false."""
+    if include_headers:
+        return SPARK_SCHEMA
+    return StructType([f for f in SPARK_SCHEMA.fields if f.name != "headers"])

@@ -11,6 +11,7 @@ While one is pending, ``committed()`` reports the partition as unstable (KIP-447
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from txntable.actions import (
@@ -25,6 +26,7 @@ from txntable.actions import (
 )
 from txntable.errors import (
     IllegalGenerationError,
+    InvalidArgumentTypeError,
     InvalidOffsetError,
     InvalidProducerEpochError,
     ObjectExistsError,
@@ -33,7 +35,7 @@ from txntable.errors import (
 )
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.names import validate_id
-from txntable.records import TopicPartition
+from txntable.records import TopicPartition, check_topic_partition
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
 from txntable.table import Table
@@ -58,6 +60,42 @@ class ConsumerGroupMetadata:
     group_id: str
     generation_id: int = -1
     member_id: str = ""
+
+
+def check_offsets(offsets: object) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Type-check the ``offsets`` argument of an offset commit, before any I/O.
+
+    Raises:
+        InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to
+            ``OffsetAndMetadata`` (of an ``int`` offset and ``str`` metadata).
+        InvalidOffsetError: An offset is negative.
+    """
+    if not isinstance(offsets, Mapping):
+        raise InvalidArgumentTypeError(
+            "offsets must be a dict of TopicPartition to OffsetAndMetadata, not "
+            f"{type(offsets).__name__}"
+        )
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, om in offsets.items():
+        check_topic_partition(tp, "an offsets key")
+        if not isinstance(om, OffsetAndMetadata):
+            raise InvalidArgumentTypeError(
+                f"the offset for {tp} must be an OffsetAndMetadata, not "
+                f"{type(om).__name__} {om!r:.60}"
+            )
+        if not isinstance(om.offset, int) or isinstance(om.offset, bool):
+            raise InvalidArgumentTypeError(
+                f"OffsetAndMetadata.offset for {tp} must be an int, not {type(om.offset).__name__}"
+            )
+        if not isinstance(om.metadata, str):
+            raise InvalidArgumentTypeError(
+                f"OffsetAndMetadata.metadata for {tp} must be a str, not "
+                f"{type(om.metadata).__name__}"
+            )
+        if om.offset < 0:
+            raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
+        out[tp] = om
+    return out
 
 
 def group_root(group_id: str) -> str:
@@ -154,3 +192,91 @@ def committed_offset(
             )
     commit = snap.offsets.get(key)
     return None if commit is None else OffsetAndMetadata(commit.offset, commit.metadata)
+
+
+# --- describing groups (the CLI's ``groups``; Kafka's ListConsumerGroupOffsets) -------------
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A group's position on one table partition, with the partition's offsets and lag."""
+
+    table: str
+    partition: int
+    #: Committed offset (None if the only commit is a pending transactional one).
+    offset: int | None
+    metadata: str
+    generation: int
+    commit_timestamp: int
+    #: Producer whose transactional offset commit is pending (KIP-447: unstable), if any.
+    pending_producer_id: int | None
+    #: The partition's offsets now; None if the table or partition does not exist.
+    log_start_offset: int | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+
+    @property
+    def lag(self) -> int | None:
+        """Records between the committed offset and the high watermark (Kafka's lag)."""
+        if self.offset is None or self.high_watermark is None:
+            return None
+        return max(self.high_watermark - self.offset, 0)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """What :func:`describe_group` returns: the group log's version and every position."""
+
+    group_id: str
+    version: int
+    offsets: tuple[GroupOffset, ...]
+
+
+def list_groups(store: Store) -> list[str]:
+    """Ids of the groups that have an offset log (one delimited listing plus a HEAD each)."""
+    return [
+        g
+        for g in store.list_children(f"{GROUPS_DIR}/")
+        if store.exists(Log(store, f"{GROUPS_DIR}/{g}").version_key(0))
+    ]
+
+
+def describe_group(store: Store, group_id: str) -> GroupDescription | None:
+    """Committed and pending offsets of a group, with lag; ``None`` if it has no log.
+
+    Reads the group log and the snapshot of every table it has offsets for; never creates
+    anything.
+    """
+    group = open_group_table(store, group_id, create=False)
+    if group is None:
+        return None
+    snap = group.snapshot()
+    pending: dict[tuple[str, str, int], int] = {}
+    for pid, commits in snap.pending_offsets.items():
+        for key in commits:
+            pending[key] = pid
+    tables: dict[str, TableSnapshot | None] = {}
+    out = []
+    for key in sorted(set(snap.offsets) | set(pending)):
+        _, table, partition = key
+        if table not in tables:
+            handle = Table(store, table)
+            tables[table] = handle.snapshot() if handle.log.exists() else None
+        tsnap = tables[table]
+        part = tsnap.partitions[partition] if tsnap and partition < tsnap.num_partitions else None
+        commit = snap.offsets.get(key)
+        out.append(
+            GroupOffset(
+                table=table,
+                partition=partition,
+                offset=commit.offset if commit else None,
+                metadata=commit.metadata if commit else "",
+                generation=commit.generation if commit else -1,
+                commit_timestamp=commit.commitTimestamp if commit else 0,
+                pending_producer_id=pending.get(key),
+                log_start_offset=part.log_start_offset if part else None,
+                high_watermark=part.high_watermark if part else None,
+                last_stable_offset=part.last_stable_offset if part else None,
+            )
+        )
+    return GroupDescription(group_id, snap.version, tuple(out))

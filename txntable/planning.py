@@ -31,19 +31,6 @@ EARLIEST: Final = -2
 LATEST: Final = -1
 
 
-def check_isolation_level(level: str) -> bool:
-    """Whether ``level`` is read_committed.
-
-    Raises:
-        InvalidConfigurationError: If it is neither isolation level.
-    """
-    if level not in (READ_COMMITTED, READ_UNCOMMITTED):
-        raise InvalidConfigurationError(
-            f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}, not {level!r}"
-        )
-    return level == READ_COMMITTED
-
-
 @dataclass(frozen=True)
 class OffsetSpec:
     """``earliest``, ``latest`` or explicit per-partition offsets of one table.

@@ -24,7 +24,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from txntable.planning import SegmentSlice
-from txntable.records import READ_HEADERS, READ_SCHEMA, READ_TIMESTAMP, check_segment, read_segment
+from txntable.records import (
+    READ_HEADERS,
+    READ_SCHEMA,
+    READ_SCHEMA_NO_HEADERS,
+    READ_TIMESTAMP,
+    check_segment,
+    read_segment,
+)
 from txntable.storage.base import Store, StoreWrapper, validate_key
 
 #: Above this size a remote segment is read with ranged requests through pyarrow's file
@@ -95,9 +102,10 @@ class SegmentReader:
             table = table.slice(s.row_start, s.rows)
         return table
 
-    def read_output(self, s: SegmentSlice, topic: str) -> pa.Table:
-        """The rows of ``s`` in :data:`~txntable.records.READ_SCHEMA`."""
-        return to_output(self.read_slice(s), slice_offsets([s]), s.partition, topic)
+    def read_output(self, s: SegmentSlice, topic: str, include_headers: bool = True) -> pa.Table:
+        """The rows of ``s`` in :data:`~txntable.records.READ_SCHEMA` (or without headers)."""
+        rows = self.read_slice(s)
+        return to_output(rows, slice_offsets([s]), s.partition, topic, include_headers)
 
 
 def slice_offsets(slices: Sequence[SegmentSlice]) -> np.ndarray:
@@ -108,29 +116,31 @@ def slice_offsets(slices: Sequence[SegmentSlice]) -> np.ndarray:
     return np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)
 
 
-def to_output(rows: pa.Table, offsets: np.ndarray, partition: int, topic: str) -> pa.Table:
+def to_output(
+    rows: pa.Table, offsets: np.ndarray, partition: int, topic: str, include_headers: bool = True
+) -> pa.Table:
     """Segment rows of one partition, with their offsets -> :data:`READ_SCHEMA`.
 
     Adds topic, partition and offset, widens the timestamp to microseconds and turns null
-    header lists into empty ones.
+    header lists into empty ones; without ``include_headers``, the result has
+    :data:`READ_SCHEMA_NO_HEADERS`.
     """
     n = rows.num_rows
+    columns = [
+        rows.column("key"),
+        rows.column("value"),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        # From the numpy buffer directly: pa.array(ndarray) would import pandas.
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        rows.column("timestamp").cast(READ_TIMESTAMP),
+    ]
+    if not include_headers:
+        return pa.Table.from_arrays(columns, schema=READ_SCHEMA_NO_HEADERS)
     headers = rows.column("headers")
     if headers.null_count:
         headers = pc.if_else(pc.is_null(headers), pa.scalar([], headers.type), headers)
-    return pa.Table.from_arrays(
-        [
-            rows.column("key"),
-            rows.column("value"),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            # From the numpy buffer directly: pa.array(ndarray) would import pandas.
-            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
-            rows.column("timestamp").cast(READ_TIMESTAMP),
-            headers.cast(READ_HEADERS),
-        ],
-        schema=READ_SCHEMA,
-    )
+    return pa.Table.from_arrays([*columns, headers.cast(READ_HEADERS)], schema=READ_SCHEMA)
 
 
 def prefetch(

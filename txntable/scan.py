@@ -23,7 +23,6 @@ from txntable.planning import (
     READ_COMMITTED,
     OffsetRange,
     SegmentSlice,
-    check_isolation_level,
     offset_spec,
     resolve_ranges,
     slices_in_ranges,
@@ -60,13 +59,12 @@ class TableScan:
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
     ) -> None:
-        read_committed = check_isolation_level(isolation_level)
-        config.positive_int("max_workers", max_workers)
-        config.positive_int("max_bytes_in_flight", max_bytes_in_flight)
+        config.validate_arguments(config.SCAN_ARGUMENTS, locals())
+        read_committed = isolation_level == READ_COMMITTED
         if partitions is not None:
             partitions = list(dict.fromkeys(partitions))
             for p in partitions:
-                if isinstance(p, bool) or not isinstance(p, int):
+                if not config.is_int(p):
                     raise InvalidConfigurationError(f"partitions must be ints, not {p!r}")
         self.table = table
         self.isolation_level = isolation_level
@@ -74,9 +72,13 @@ class TableScan:
         self.max_bytes_in_flight = max_bytes_in_flight
         starting = offset_spec(starting_offsets, EARLIEST)
         ending = offset_spec(ending_offsets, LATEST)
-        self.snapshot: TableSnapshot = (
-            table.snapshot() if version is None else table.snapshot_at(version)
-        )
+        if version is None:
+            table.snapshot()
+            if read_committed:
+                table.finish_stuck_transactions()  # a dead producer's prepared txn pins no LSO
+            self.snapshot: TableSnapshot = table.snapshot(refresh=False)
+        else:
+            self.snapshot = table.snapshot_at(version)
         # Planned now, from the snapshot as it is: a handle's snapshot is refreshed in place,
         # so planning later could mix versions.
         self.ranges: list[OffsetRange] = resolve_ranges(

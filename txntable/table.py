@@ -9,16 +9,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from txntable import config
-from txntable.actions import Action, AppTxn, LogStart
+from txntable.actions import Action, AppTxn, Batch, LogStart
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
-from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable.errors import (
+    InvalidArgumentTypeError,
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+)
 from txntable.log import CommitPlan, Log, now_ms
-from txntable.snapshot import TableSnapshot
+from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
 
 if TYPE_CHECKING:
+    from txntable.recovery import StuckTransactionFinisher
     from txntable.scan import Offsets, TableScan
     from txntable.vacuum import VacuumReport
+    from txntable.verify import VerifyReport
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -30,6 +36,22 @@ class OpenTransaction:
 
     producer_id: int
     first_offset: int
+    #: Transactional id carried by the transaction's first batch (None if it has none).
+    transactional_id: str | None = None
+    #: Smallest record timestamp of the transaction's first batch on the partition: the
+    #: log's own evidence of when it started (the coordinator object has the exact time).
+    start_timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class ProducerDescription:
+    """A producer's state on one partition (Kafka's DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_first_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -41,6 +63,10 @@ class PartitionDescription:
     high_watermark: int
     last_stable_offset: int
     open_transactions: tuple[OpenTransaction, ...]
+    producers: tuple[ProducerDescription, ...] = ()
+    #: Segments referenced by the partition's batches, and their bytes.
+    segments: int = 0
+    segment_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -59,12 +85,9 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
     Raises:
         InvalidConfigurationError: If it is not a non-negative integer.
     """
-    raw = configuration.get(config.CHECKPOINT_INTERVAL, str(config.CHECKPOINT_INTERVAL_DEFAULT))
-    if not raw.isdigit():
-        raise InvalidConfigurationError(
-            f"{config.CHECKPOINT_INTERVAL} must be a non-negative integer, got {raw!r}"
-        )
-    return int(raw)
+    value = config.table_setting(configuration, config.CHECKPOINT_INTERVAL)
+    assert isinstance(value, int)
+    return value
 
 
 def plan_delete_records(
@@ -94,10 +117,17 @@ class Table:
     under them take their own handle.
     """
 
-    def __init__(self, store: Store, name: str, log: Log | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        log: Log | None = None,
+        finisher: StuckTransactionFinisher | None = None,
+    ) -> None:
         self.store = store
         self.name = name
         self.log = log or Log(store, name)
+        self._finisher = finisher
         self._lock = threading.RLock()
         self._snapshot: TableSnapshot | None = None
 
@@ -123,6 +153,22 @@ class Table:
             # Written by another client: a reader must still read; use the default.
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
+
+    def finish_stuck_transactions(self) -> bool:
+        """Complete prepared transactions that dead producers left pinning the LSO.
+
+        What readers call after a refresh (``describe``, the consumer's poll, Spark
+        planning): cheap, since each stuck transactional id's coordinator object is read at
+        most once per grace period (see :class:`~txntable.recovery.StuckTransactionFinisher`);
+        nothing at all when the warehouse was opened with ``finish_stuck_transactions=False``.
+
+        Returns:
+            Whether a transaction was completed (the snapshot was then refreshed).
+        """
+        if self._finisher is None or not self._finisher.check(self.snapshot(refresh=False)):
+            return False
+        self.snapshot()
+        return True
 
     def snapshot_at(self, version: int) -> TableSnapshot:
         """A new snapshot as of ``version`` (time travel)."""
@@ -235,7 +281,17 @@ class Table:
         Raises:
             OffsetOutOfRangeError: An offset is above the partition's high watermark.
             UnknownTopicOrPartitionError: A partition does not exist.
+            InvalidArgumentTypeError: A partition or offset is not an ``int``.
         """
+
+        if not isinstance(offsets, Mapping):
+            raise InvalidArgumentTypeError(
+                f"offsets must be a dict of partition to offset, not {type(offsets).__name__}"
+            )
+        for partition, offset in offsets.items():
+            for what, v in (("partition", partition), ("offset", offset)):
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise InvalidArgumentTypeError(f"a {what} must be an int, not {v!r:.40}")
 
         def build(s: TableSnapshot) -> CommitPlan[dict[int, int]]:
             return plan_delete_records(s, offsets)
@@ -252,27 +308,78 @@ class Table:
 
         return vacuum(self, RETENTION_MS_DEFAULT if retention_ms is None else retention_ms, dry_run)
 
-    def describe(self) -> TableDescription:
-        """Per partition: log start offset, high watermark, LSO and open transactions."""
+    def checkpoint(self) -> int:
+        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``); return it.
+
+        Raises:
+            StorageError: If the checkpoint or its hint could not be written.
+        """
         snap = self.snapshot()
+        self.log.write_checkpoint(snap, strict=True)
+        return snap.version
+
+    def verify(
+        self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None
+    ) -> VerifyReport:
+        """Replay the whole log and check every invariant of the spec (see :mod:`txntable.verify`).
+
+        Args:
+            segments: Also read every referenced segment and check it against its batch.
+            progress: Called with ``(phase, done, total)``, phase ``"log"`` then
+                ``"segments"``.
+        """
+        from txntable.verify import verify_log
+
+        return verify_log(self.log, self.name, segments=segments, progress=progress)
+
+    def describe(self) -> TableDescription:
+        """Per partition: offsets, open transactions, producers and segments.
+
+        A prepared transaction that a dead producer left pinning the LSO is completed first
+        (see :meth:`finish_stuck_transactions`). Costs O(entries) of the partition (it
+        counts segments): an inspection call, not for a hot path.
+        """
+        self.snapshot()
+        self.finish_stuck_transactions()
+        snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
         return TableDescription(
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
-            partitions=tuple(
-                PartitionDescription(
-                    partition=p.partition,
-                    log_start_offset=p.log_start_offset,
-                    high_watermark=p.high_watermark,
-                    last_stable_offset=p.last_stable_offset,
-                    open_transactions=tuple(
-                        OpenTransaction(pid, first) for pid, first in sorted(p.ongoing.items())
-                    ),
-                )
-                for p in snap.partitions
-            ),
+            partitions=tuple(_describe_partition(p) for p in snap.partitions),
         )
 
     def __repr__(self) -> str:
         return f"Table({self.name!r})"
+
+
+def _describe_partition(p: PartitionState) -> PartitionDescription:
+    opened = []
+    for pid, first in sorted(p.ongoing.items()):
+        entry = p.entry_at(first)
+        batch = entry if isinstance(entry, Batch) else None
+        opened.append(
+            OpenTransaction(
+                pid,
+                first,
+                batch.transactionalId if batch else None,
+                batch.minTimestamp if batch else 0,
+            )
+        )
+    batches = [e for e in p.entries if isinstance(e, Batch)]
+    return PartitionDescription(
+        partition=p.partition,
+        log_start_offset=p.log_start_offset,
+        high_watermark=p.high_watermark,
+        last_stable_offset=p.last_stable_offset,
+        open_transactions=tuple(opened),
+        producers=tuple(
+            ProducerDescription(
+                pid, e.epoch, e.last_seq, e.last_timestamp, e.current_txn_first_offset
+            )
+            for pid, e in sorted(p.producers.items())
+        ),
+        segments=len(batches),
+        segment_bytes=sum(b.size for b in batches),
+    )
