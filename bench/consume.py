@@ -22,7 +22,8 @@ timing; every timed scan or consumer reads the newest snapshot (one GET of the n
 version) and then the segments.
 
 Run: ``python bench/consume.py`` (``--records 200000 --rounds 3`` for a quick look;
-``--no-s3`` to skip the S3 part). Needs the ``dev`` extra (moto) for the S3 part.
+``--no-s3`` to skip the S3 part; ``--dir D --reuse`` to time again the tables a former run
+with ``--dir D`` built). Needs the ``dev`` extra (moto) for the S3 part.
 """
 
 from __future__ import annotations
@@ -271,12 +272,13 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 part")
     parser.add_argument("--dir", help="where to build the tables (default: a temp dir)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="with --dir: read the tables a former run built"
+    )
     args = parser.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="txntable-consume-")
     plain, aborted = os.path.join(base, "plain"), os.path.join(base, "aborted")
     try:
-        for path in (plain, aborted):
-            shutil.rmtree(path, ignore_errors=True)
         n_aborted = round(args.txns * 0.3)
         every = set(range(0, args.txns, max(1, args.txns // max(n_aborted, 1))))
         aborted_txns = set(sorted(every)[:n_aborted])
@@ -285,10 +287,15 @@ def main() -> None:
             f"{args.records} records ({KEY_BYTES} B keys, {VALUE_BYTES} B values), "
             f"{args.partitions} partitions, {args.txns} transactions, written with {writer}()"
         )
-        took = build(plain, args.records, args.partitions, args.txns, set())
-        print(f"  built in {took:.1f} s")
-        took = build(aborted, args.records, args.partitions, args.txns, aborted_txns)
-        print(f"  built the 30%-aborted table (aborted: {sorted(aborted_txns)}) in {took:.1f} s")
+        if args.reuse and all(os.path.isdir(os.path.join(p, TABLE)) for p in (plain, aborted)):
+            print(f"  reusing the tables in {base}")
+        else:
+            for path in (plain, aborted):
+                shutil.rmtree(path, ignore_errors=True)
+            took = build(plain, args.records, args.partitions, args.txns, set())
+            print(f"  built in {took:.1f} s")
+            took = build(aborted, args.records, args.partitions, args.txns, aborted_txns)
+            print(f"  built the 30%-aborted table (aborted {sorted(aborted_txns)}): {took:.1f} s")
         local_scan = local_part(plain, args.partitions, args.rounds)
         aborted_part(aborted, args.partitions, args.rounds)
         if not args.no_s3:
