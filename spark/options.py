@@ -53,19 +53,27 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Literal
 
 from txntable.errors import InvalidConfigurationError
 from txntable.names import validate_table_name
+from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
 from txntable.storage import check_storage_options
 
-READ_COMMITTED: Final = "read_committed"
-READ_UNCOMMITTED: Final = "read_uncommitted"
-IsolationLevel = Literal["read_committed", "read_uncommitted"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "OffsetSpec",
+    "ReadOptions",
+    "TableLocation",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+]
 
-#: Special offsets of Spark's Kafka source JSON offsets.
-EARLIEST = -2
-LATEST = -1
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
 
 STORAGE_PREFIX = "storage."
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
@@ -123,21 +131,6 @@ REFUSED_OPTIONS: dict[str, str] = {
 }
 
 _MASK = "***"
-
-
-@dataclass(frozen=True)
-class OffsetSpec:
-    """``earliest``, ``latest`` or explicit per-partition offsets of one table.
-
-    ``default`` (``EARLIEST`` or ``LATEST``) applies to every partition not in ``offsets``.
-    """
-
-    default: int
-    offsets: dict[int, int] = field(default_factory=dict)
-
-    def for_partition(self, partition: int) -> int:
-        """Requested offset of ``partition``: an offset, ``EARLIEST`` or ``LATEST``."""
-        return self.offsets.get(partition, self.default)
 
 
 @dataclass(frozen=True)

@@ -1,172 +1,56 @@
-"""Scan planning: snapshot + offset range -> segment slices packed into input partitions.
+"""Spark scan planning: the core's segment slices packed into Spark input partitions.
 
-Pure functions of a :class:`~txntable.snapshot.TableSnapshot`; no I/O and no Spark, so the
-whole read_committed planning logic is unit-testable in milliseconds. The cost is
-O(entries and aborted transactions in the range) per partition (``entries_between`` and
-``aborted_between`` bisect), never O(history).
-
-read_committed follows Kafka's fetcher: the range ends at the last stable offset, and
-:func:`txntable.aborted.classify_entries` (the one filter shared with the Python consumer)
-decides which batches are visible. A segment is exactly one producer batch, so an invisible
-batch is dropped here and its segment is never opened.
+What a read returns is planned by :mod:`txntable.planning`, the planning shared with
+``Table.scan`` and the consumer (LSO, aborted filtering through
+:func:`txntable.aborted.classify_entries`, offset resolution); this module adds only what is
+Spark's: packing slices into input partitions of a target size, the default parallelism,
+and admission control for streaming. Pure functions, no I/O and no Spark.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from functools import partial
 
-from txntable.aborted import classify_entries
-from txntable.actions import Batch
-from txntable.errors import OffsetOutOfRangeError
-from txntable.snapshot import PartitionState, TableSnapshot
+from txntable.planning import (
+    OffsetRange,
+    SegmentSlice,
+    resolve_offset,
+    slices_in_range,
+    slices_in_ranges,
+    upper_bound,
+)
+from txntable.planning import resolve_ranges as _resolve_ranges
+from txntable.snapshot import TableSnapshot
 
-from .options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+from .options import ReadOptions
+
+__all__ = [
+    "MIN_SPLIT_BYTES",
+    "OffsetRange",
+    "SegmentSlice",
+    "default_parallelism",
+    "limit_offsets",
+    "pack_slices",
+    "plan_ranges",
+    "plan_scan",
+    "resolve_offset",
+    "resolve_ranges",
+    "slices_in_range",
+    "upper_bound",
+]
 
 #: Smallest input partition worth its scheduling cost (Spark's ``openCostInBytes``).
 MIN_SPLIT_BYTES = 4 * 1024 * 1024
 
-
-@dataclass(frozen=True)
-class SegmentSlice:
-    """Rows ``[row_start, row_stop)`` of one segment; row ``i`` has offset ``base_offset + i``."""
-
-    partition: int
-    path: str
-    base_offset: int
-    count: int
-    row_start: int
-    row_stop: int
-    size: int
-
-    @property
-    def rows(self) -> int:
-        """Number of rows kept."""
-        return self.row_stop - self.row_start
-
-    @property
-    def est_bytes(self) -> int:
-        """Segment bytes prorated to the rows kept (what packing balances on)."""
-        return max(1, self.size * self.rows // max(self.count, 1))
+#: Option names, for messages.
+OFFSET_OPTIONS = ("startingOffsets", "endingOffsets")
+DATA_LOSS_HINT = " (set failOnDataLoss=false to start there instead)"
 
 
-@dataclass(frozen=True)
-class OffsetRange:
-    """Offsets ``[start, end)`` of one partition."""
-
-    partition: int
-    start: int
-    end: int
-
-
-def upper_bound(part: PartitionState, read_committed: bool) -> int:
-    """Highest end offset a reader may use: the LSO (read_committed) or the high watermark."""
-    return part.last_stable_offset if read_committed else part.high_watermark
-
-
-def resolve_offset(
-    part: PartitionState,
-    requested: int,
-    read_committed: bool,
-    fail_on_data_loss: bool,
-    what: str,
-) -> int:
-    """Turn a requested offset (or ``EARLIEST`` / ``LATEST``) into a concrete offset.
-
-    An ending offset above the upper bound is lowered to it: data past the LSO is not
-    stable yet, so a read_committed reader never returns it.
-
-    Raises:
-        OffsetOutOfRangeError: If the offset is below the log start offset and
-            ``fail_on_data_loss`` is set, or a starting offset is past the high watermark.
-    """
-    upper = upper_bound(part, read_committed)
-    if requested == EARLIEST:
-        return part.log_start_offset
-    if requested == LATEST:
-        return upper
-    if requested < part.log_start_offset:
-        if fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"{what} {requested} of partition {part.partition} is below the log start offset "
-                f"{part.log_start_offset} (set failOnDataLoss=false to start there instead)"
-            )
-        return part.log_start_offset
-    if what == "startingOffsets":
-        if requested > part.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"startingOffsets {requested} of partition {part.partition} is past the high "
-                f"watermark {part.high_watermark}"
-            )
-        # Never lowered to the LSO: that would return offsets before the requested start
-        # (a stream starting there just waits for the LSO to pass it).
-        return requested
-    return min(requested, upper)
-
-
-def resolve_ranges(
-    snap: TableSnapshot,
-    starting: OffsetSpec,
-    ending: OffsetSpec,
-    read_committed: bool,
-    fail_on_data_loss: bool = True,
-) -> list[OffsetRange]:
-    """Per partition, the offset range a batch read covers.
-
-    Raises:
-        OffsetOutOfRangeError: See :func:`resolve_offset`; also for a partition the
-            table does not have.
-    """
-    for p in (*starting.offsets, *ending.offsets):
-        if not 0 <= p < snap.num_partitions:
-            raise OffsetOutOfRangeError(f"table has {snap.num_partitions} partitions, not {p + 1}")
-    out = []
-    for part in snap.partitions:
-        p = part.partition
-        start = resolve_offset(
-            part, starting.for_partition(p), read_committed, fail_on_data_loss, "startingOffsets"
-        )
-        end = resolve_offset(
-            part, ending.for_partition(p), read_committed, fail_on_data_loss, "endingOffsets"
-        )
-        # A start past the end (e.g. inside an open transaction) is an empty range.
-        out.append(OffsetRange(p, start, max(start, end)))
-    return out
-
-
-def slices_in_range(
-    part: PartitionState, start: int, end: int, read_committed: bool
-) -> list[SegmentSlice]:
-    """Slices of the batches a reader returns for offsets ``[start, end)`` of ``part``.
-
-    Args:
-        part: The partition's state.
-        start: First offset.
-        end: Offset past the last; for read_committed it must be at most the LSO.
-        read_committed: Drop aborted transactional batches (and always drop markers).
-    """
-    if end <= start:
-        return []
-    entries = part.entries_between(start, end)
-    if read_committed:
-        assert end <= part.last_stable_offset, "read_committed range past the LSO"
-        classified = classify_entries(entries, part.aborted_between(start, end))
-    else:
-        classified = ((e, True) for e in entries)
-    out = []
-    for entry, visible in classified:
-        if not visible or not isinstance(entry, Batch):
-            continue
-        lo = max(start, entry.baseOffset) - entry.baseOffset
-        hi = min(end, entry.next_offset) - entry.baseOffset
-        if hi > lo:
-            out.append(
-                SegmentSlice(
-                    part.partition, entry.path, entry.baseOffset, entry.count, lo, hi, entry.size
-                )
-            )
-    return out
+#: The core's ``resolve_ranges`` with messages naming Spark's options.
+resolve_ranges = partial(_resolve_ranges, names=OFFSET_OPTIONS, data_loss_hint=DATA_LOSS_HINT)
 
 
 def pack_slices(
@@ -224,9 +108,7 @@ def plan_ranges(
     Without ``min_partitions`` the slices are spread over :func:`default_parallelism`
     groups of at least :data:`MIN_SPLIT_BYTES`, as Spark's file sources do.
     """
-    slices: list[SegmentSlice] = []
-    for r in ranges:
-        slices.extend(slices_in_range(snap.partition(r.partition), r.start, r.end, read_committed))
+    slices = slices_in_ranges(snap, ranges, read_committed)
     if min_partitions is not None:
         return pack_slices(slices, max_bytes, min_partitions)
     return pack_slices(slices, max_bytes, default_parallelism(), MIN_SPLIT_BYTES)

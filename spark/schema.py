@@ -23,7 +23,6 @@ batches whose schema equals ``to_arrow_schema(SPARK_SCHEMA, timezone="UTC")`` ex
 
 from __future__ import annotations
 
-import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -33,6 +32,14 @@ from pyspark.sql.types import (
     StructField,
     StructType,
     TimestampType,
+)
+
+from txntable.records import (
+    READ_HEADER_STRUCT,
+    READ_HEADERS,
+    READ_SCHEMA,
+    READ_SCHEMA_NO_HEADERS,
+    READ_TIMESTAMP,
 )
 
 HEADER_STRUCT = StructType(
@@ -51,23 +58,13 @@ SPARK_SCHEMA = StructType(
     ]
 )
 
-ARROW_HEADER_STRUCT = pa.struct(
-    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
-)
-ARROW_HEADERS = pa.list_(pa.field("element", ARROW_HEADER_STRUCT, nullable=False))
-ARROW_TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", ARROW_TIMESTAMP, nullable=False),
-        pa.field("headers", ARROW_HEADERS, nullable=False),
-    ]
-)
+# The Arrow side is the core's read schema, shared with Table.scan and the Arrow poll.
+ARROW_HEADER_STRUCT = READ_HEADER_STRUCT
+ARROW_HEADERS = READ_HEADERS
+ARROW_TIMESTAMP = READ_TIMESTAMP
+ARROW_SCHEMA = READ_SCHEMA
+#: :data:`ARROW_SCHEMA` without ``headers`` (``includeHeaders=false``).
+ARROW_SCHEMA_NO_HEADERS = READ_SCHEMA_NO_HEADERS
 
 
 def spark_schema(include_headers: bool = True) -> StructType:
@@ -75,7 +72,3 @@ def spark_schema(include_headers: bool = True) -> StructType:
     if include_headers:
         return SPARK_SCHEMA
     return StructType([f for f in SPARK_SCHEMA.fields if f.name != "headers"])
-
-
-#: :data:`ARROW_SCHEMA` without ``headers`` (``includeHeaders=false``).
-ARROW_SCHEMA_NO_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))

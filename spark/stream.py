@@ -36,6 +36,8 @@ from txntable.table import Table
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import (
+    DATA_LOSS_HINT,
+    OFFSET_OPTIONS,
     OffsetRange,
     limit_offsets,
     limit_segments,
@@ -110,8 +112,10 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 part,
                 requested,
                 self.opts.read_committed,
-                self.opts.fail_on_data_loss,
-                "startingOffsets",
+                start=True,
+                fail_on_data_loss=self.opts.fail_on_data_loss,
+                name=OFFSET_OPTIONS[0],
+                data_loss_hint=DATA_LOSS_HINT,
             )
         return encode_offsets(out)
 

@@ -85,6 +85,13 @@ RECOVERY_TIMEOUT_MS_DEFAULT = 60_000
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BACKOFF_MS_DEFAULT = 20
 AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000
+#: Kafka's ``fetch.max.bytes``: segment bytes a consumer fetches ahead of its positions.
+FETCH_MAX_BYTES_DEFAULT = 52_428_800
+
+# --- readers (Consumer, Table.scan) -------------------------------------------------------
+
+#: Threads fetching segments at once: object-store reads are latency bound, not CPU bound.
+READ_WORKERS_DEFAULT = 16
 
 
 # --- validators ---------------------------------------------------------------------------
@@ -198,6 +205,14 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "auto_commit_interval_ms": int_at_least(0),
     "group_generation": int_at_least(-1),
     "unstable_offset_timeout_ms": int_at_least(0),
+    "fetch_max_bytes": int_at_least(1),
+}
+
+#: ``Table.scan`` arguments (offsets and partitions are checked by the planning).
+SCAN_ARGUMENTS: dict[str, Validator] = {
+    "isolation_level": one_of("read_committed", "read_uncommitted"),
+    "max_workers": int_at_least(1),
+    "max_bytes_in_flight": int_at_least(1),
 }
 
 

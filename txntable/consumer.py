@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
+import numpy as np
 import pyarrow as pa
 
 from txntable import config
-from txntable.aborted import classify_entries
-from txntable.actions import Batch
 from txntable.errors import (
     IllegalStateError,
     InvalidArgumentTypeError,
@@ -35,22 +33,29 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
+from txntable.planning import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchPlan,
+    SegmentSlice,
+    plan_fetch,
+)
+from txntable.reader import SegmentCache, SegmentReader, slice_offsets, to_output
 from txntable.records import (
     ConsumerRecord,
     TopicPartition,
     check_topic_partition,
     check_topic_partitions,
-    read_segment,
-    table_to_records,
+    rows_to_records,
 )
 from txntable.snapshot import PartitionState
-from txntable.storage.base import Store
 from txntable.table import Table
 from txntable.warehouse import Warehouse, require_warehouse
 
-READ_COMMITTED = "read_committed"
-READ_UNCOMMITTED = "read_uncommitted"
-_SEGMENT_CACHE_SIZE = 8
+__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
+
+#: What a fetch returns for one partition: segment rows and their offsets.
+Fetched = tuple[pa.Table, np.ndarray]
 
 
 class Consumer:
@@ -71,6 +76,9 @@ class Consumer:
         unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
             a pending transactional offset commit to resolve before raising
             ``UnstableOffsetCommitError`` (0: raise at once).
+        fetch_max_bytes: Segment bytes (as stored) fetched in the background ahead of the
+            positions, so object-store latency overlaps the caller's work (Kafka's
+            ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
@@ -90,6 +98,7 @@ class Consumer:
         auto_commit_interval_ms: int = config.AUTO_COMMIT_INTERVAL_MS_DEFAULT,
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
+        fetch_max_bytes: int = config.FETCH_MAX_BYTES_DEFAULT,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
@@ -104,7 +113,8 @@ class Consumer:
         self._tables: dict[str, Table] = {}
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
-        self._segments: OrderedDict[str, pa.Table] = OrderedDict()
+        self.fetch_max_bytes = fetch_max_bytes
+        self._cache: SegmentCache | None = None
         self._closed = False
         self._next_start = 0
         self.group_id = group_id
@@ -147,6 +157,9 @@ class Consumer:
         tps = list(dict.fromkeys(check_topic_partitions(partitions)))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
+        for tp in self._assignment:
+            if tp not in tps:
+                self._forget_read_ahead(tp)
         self._assignment = tps
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
 
@@ -226,10 +239,39 @@ class Consumer:
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Return records from the assigned partitions, waiting up to ``timeout_ms`` for some.
 
+        At most ``max_records`` (default ``max_poll_records``) in all. Each poll starts one
+        partition further than the last, so none starves. Segments the next polls will read
+        are fetched in the background meanwhile (up to ``fetch_max_bytes``).
+
         Raises:
             OffsetOutOfRangeError: A position is outside the log and ``auto_offset_reset``
                 is ``none``.
+            MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
+        return {
+            tp: rows_to_records(rows, offsets.tolist(), tp.topic, tp.partition)
+            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
+        }
+
+    def poll_arrow(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, pa.Table]:
+        """:meth:`poll`, with each partition's records as one Arrow table.
+
+        The tables have the columns of ``Table.scan`` (key, value, topic, partition,
+        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`). Positions move
+        exactly as :meth:`poll` moves them, past markers and aborted batches included.
+
+        Raises:
+            OffsetOutOfRangeError: As :meth:`poll`.
+            MissingSegmentError: As :meth:`poll`.
+        """
+        return {
+            tp: to_output(rows, offsets, tp.partition, tp.topic)
+            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
+        }
+
+    def _poll(self, timeout_ms: int, max_records: int | None) -> dict[TopicPartition, Fetched]:
         self._check_open()
         checks = (("timeout_ms", timeout_ms, 0), ("max_records", max_records, 1))
         for name, value, minimum in checks:
@@ -246,25 +288,54 @@ class Consumer:
         while True:
             for table in {tp.topic for tp in self._assignment}:
                 self._refresh(self._table(table))
-            out: dict[TopicPartition, list[ConsumerRecord]] = {}
-            remaining = limit
-            # Start each poll one partition further (Kafka rotates fetch order too), so a
-            # busy partition cannot starve the others when max_records is reached.
-            n = len(self._assignment)
-            start = self._next_start % n if n else 0
-            self._next_start = start + 1
-            for tp in self._assignment[start:] + self._assignment[:start]:
-                if remaining <= 0:
-                    break
-                records = self._fetch(tp, remaining)
-                if records:
-                    out[tp] = records
-                    remaining -= len(records)
+            out = self._fetch(limit)
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(self.fetch_backoff_ms / 1000, max(deadline - time.monotonic(), 0)))
 
-    def _fetch(self, tp: TopicPartition, max_records: int) -> list[ConsumerRecord]:
+    def _fetch(self, limit: int) -> dict[TopicPartition, Fetched]:
+        # Start each poll one partition further (Kafka rotates fetch order too), so a
+        # busy partition cannot starve the others when max_records is reached.
+        n = len(self._assignment)
+        start = self._next_start % n if n else 0
+        self._next_start = start + 1
+        order = self._assignment[start:] + self._assignment[:start]
+        committed = self.isolation_level == READ_COMMITTED
+        # Enough read-ahead per partition to keep every fetch thread busy.
+        lookahead = max(1, -(-2 * config.READ_WORKERS_DEFAULT // max(n, 1)))
+        cache = self._segment_cache()
+        plans: list[tuple[TopicPartition, FetchPlan]] = []
+        ahead: list[tuple[TopicPartition, list[SegmentSlice]]] = []
+        remaining = limit
+        for tp in order:
+            if remaining > 0:
+                part, pos = self._fetch_position(tp)
+                plan = plan_fetch(part, pos, self._end(part), committed, remaining, lookahead)
+                plans.append((tp, plan))
+                ahead.append((tp, plan.ahead))
+                remaining -= plan.rows
+            elif tp in self._positions and not cache.holds(tp):
+                # Not read this poll and nothing fetched ahead yet: start its read-ahead
+                # (a partition read ahead when it was last read keeps what it has).
+                part, pos = self._partition(tp), self._positions[tp]
+                if part.log_start_offset <= pos <= part.high_watermark:
+                    plan = plan_fetch(part, pos, self._end(part), committed, 0, lookahead)
+                    ahead.append((tp, plan.ahead))
+        for tp, plan in plans:
+            cache.request(plan.slices, tp, within_budget=False)
+        # The next poll starts one partition further: its segments are wanted first.
+        for tp, slices in ahead[1:] + ahead[:1]:
+            cache.request(slices, tp)
+        out = {}
+        for tp, plan in plans:  # every segment is read before any position moves
+            if plan.slices:
+                out[tp] = self._rows(tp, plan.slices, cache)
+        for tp, plan in plans:
+            self._positions[tp] = plan.position
+            cache.release(tp, plan.position)
+        return out
+
+    def _fetch_position(self, tp: TopicPartition) -> tuple[PartitionState, int]:
         if tp not in self._positions:
             self._reset(tp)
         part = self._partition(tp)
@@ -276,47 +347,22 @@ class Consumer:
                 )
             self._reset(tp, use_committed=False)
             pos = self._positions[tp]
-        committed = self.isolation_level == READ_COMMITTED
-        upper = self._end(part)
-        entries = part.entries_between(pos, upper)
-        aborted = part.aborted_between(pos, upper) if committed else []
-        out: list[ConsumerRecord] = []
-        for entry, visible in (
-            classify_entries(entries, aborted)
-            if committed
-            else ((e, isinstance(e, Batch)) for e in entries)
-        ):
-            if len(out) >= max_records:
-                break
-            # The upper bound can fall inside a batch (an LSO raised to the log start
-            # offset): never read or move past it.
-            if not visible:
-                pos = max(pos, min(entry.next_offset, upper))
-                continue
-            assert isinstance(entry, Batch)
-            segment = self._segment(entry)
-            start = max(pos - entry.baseOffset, 0)
-            stop = min(entry.count, upper - entry.baseOffset, start + max_records - len(out))
-            out.extend(
-                table_to_records(segment, tp.topic, tp.partition, entry.baseOffset, start, stop)
-            )
-            pos = entry.baseOffset + stop
-        self._positions[tp] = pos
-        return out
+        return part, pos
 
-    def _segment(self, batch: Batch) -> pa.Table:
-        cached = self._segments.get(batch.path)
-        if cached is not None:
-            self._segments.move_to_end(batch.path)
-            return cached
-        table = read_segment(self._table_store(), batch.path, batch.count)
-        self._segments[batch.path] = table
-        if len(self._segments) > _SEGMENT_CACHE_SIZE:
-            self._segments.popitem(last=False)
-        return table
+    def _rows(self, tp: TopicPartition, slices: list[SegmentSlice], cache: SegmentCache) -> Fetched:
+        parts = [cache.get(s, tp).slice(s.row_start, s.rows) for s in slices]
+        rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        return rows, slice_offsets(slices)
 
-    def _table_store(self) -> Store:
-        return self.warehouse.store
+    def _segment_cache(self) -> SegmentCache:
+        if self._cache is None:
+            reader = SegmentReader(self.warehouse.store)
+            self._cache = SegmentCache(reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT)
+        return self._cache
+
+    def _forget_read_ahead(self, tp: TopicPartition) -> None:
+        if self._cache is not None:
+            self._cache.release(tp)
 
     # --- groups ---------------------------------------------------------------------------
 
@@ -412,7 +458,8 @@ class Consumer:
         if self.enable_auto_commit and self._positions:
             self.commit()
         self._closed = True
-        self._segments.clear()
+        if self._cache is not None:
+            self._cache.close()
 
     def __enter__(self) -> Consumer:
         return self

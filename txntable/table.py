@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -22,6 +22,7 @@ from txntable.storage.base import Store
 
 if TYPE_CHECKING:
     from txntable.recovery import StuckTransactionFinisher
+    from txntable.scan import Offsets, TableScan
     from txntable.vacuum import VacuumReport
     from txntable.verify import VerifyReport
 
@@ -172,6 +173,55 @@ class Table:
     def snapshot_at(self, version: int) -> TableSnapshot:
         """A new snapshot as of ``version`` (time travel)."""
         return self.log.load(version)
+
+    def scan(
+        self,
+        isolation_level: str = "read_committed",
+        starting_offsets: Offsets = "earliest",
+        ending_offsets: Offsets = "latest",
+        partitions: Iterable[int] | None = None,
+        version: int | None = None,
+        max_workers: int = config.READ_WORKERS_DEFAULT,
+        max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
+    ) -> TableScan:
+        """A bulk read of the table as Arrow: ``.to_arrow()``, ``.to_batches()``, ``.to_pandas()``.
+
+        Rows have the Spark source's columns (key, value, topic, partition, offset,
+        timestamp, headers), partition by partition in offset order. The snapshot is read
+        and the scan planned now; segments are read by the ``to_*`` calls.
+
+        Args:
+            isolation_level: ``"read_committed"`` (offsets below the LSO, aborted
+                transactions and markers removed, as a read_committed consumer returns them)
+                or ``"read_uncommitted"`` (everything below the high watermark).
+            starting_offsets: ``"earliest"``, ``"latest"``, one offset for every partition,
+                or ``{partition: offset}`` (``-2`` earliest, ``-1`` latest; partitions left
+                out start at earliest).
+            ending_offsets: Offsets to stop before, in the same forms (partitions left out
+                end at latest); lowered to the LSO (read_committed) or high watermark.
+            partitions: Partitions to read, in this order (default: all).
+            version: Read the table as of this log version (time travel).
+            max_workers: Segments fetched at once.
+            max_bytes_in_flight: Segment bytes fetched ahead of the batch being returned.
+
+        Raises:
+            OffsetOutOfRangeError: A starting offset is past the high watermark, or an
+                offset is below the log start offset.
+            UnknownTopicOrPartitionError: A partition the table does not have.
+            InvalidConfigurationError: An argument of the wrong kind.
+        """
+        from txntable.scan import TableScan
+
+        return TableScan(
+            self,
+            isolation_level,
+            starting_offsets,
+            ending_offsets,
+            partitions,
+            version,
+            max_workers,
+            max_bytes_in_flight,
+        )
 
     @property
     def num_partitions(self) -> int:

@@ -42,17 +42,46 @@ def read_all(
     partitions: Iterable[int],
     isolation_level: str,
     max_records: int = 10_000,
+    arrow: bool = False,
 ) -> dict[int, list[tuple[int, bytes | None]]]:
-    """Everything a fresh consumer returns from the beginning, as ``(offset, value)``."""
+    """Everything a fresh consumer returns from the beginning, as ``(offset, value)``.
+
+    With ``arrow`` the consumer polls with ``poll_arrow`` instead of ``poll``.
+    """
     tps = [TopicPartition(table, p) for p in partitions]
     consumer = Consumer(warehouse, isolation_level=isolation_level)  # type: ignore[arg-type]
     try:
         consumer.assign(tps)
         consumer.seek_to_beginning()
-        got = drain(consumer, tps, max_records=max_records)
-        return {tp.partition: offsets_values(got[tp]) for tp in tps}
+        if not arrow:
+            got = drain(consumer, tps, max_records=max_records)
+            return {tp.partition: offsets_values(got[tp]) for tp in tps}
+        out: dict[int, list[tuple[int, bytes | None]]] = {tp.partition: [] for tp in tps}
+        for _ in range(200):
+            ends = consumer.end_offsets(tps)
+            if all(consumer.position(tp) >= ends[tp] for tp in tps):
+                return out
+            for tp, t in consumer.poll_arrow(timeout_ms=0, max_records=max_records).items():
+                pairs = zip(t["offset"].to_pylist(), t["value"].to_pylist(), strict=True)
+                out[tp.partition].extend(pairs)
+        raise AssertionError("consumer did not reach the end offsets after 200 polls")
     finally:
         consumer.close()
+
+
+def scan_all(
+    table: Table, isolation_level: str, version: int | None = None
+) -> dict[int, list[tuple[int, bytes | None]]]:
+    """What ``Table.scan`` returns, per partition, as ``(offset, value)``."""
+    scan = table.scan(isolation_level=isolation_level, version=version)
+    out: dict[int, list[tuple[int, bytes | None]]] = {
+        p: [] for p in range(scan.snapshot.num_partitions)
+    }
+    got = scan.to_arrow()
+    columns = (got[name].to_pylist() for name in ("partition", "offset", "value"))
+    for p, offset, value in zip(*columns, strict=True):
+        out[p].append((offset, value))
+    return out
 
 
 def write_batch(

@@ -4,7 +4,9 @@ A model tracks, from the offsets the send futures return, which records are comm
 aborted or still open, and which markers were written. After every step a fresh
 read_committed consumer must return exactly the committed records below the LSO, in offset
 order, and each partition's LSO must be the first offset of its earliest open transaction
-(else the high watermark).
+(else the high watermark). ``Table.scan`` and the Arrow poll must return exactly what the
+consumer returns, under both isolation levels, and at the end a scan of every earlier
+version (time travel) must return what the consumer returned at that version.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.conftest import MANUAL_FLUSH
-from core.helpers import read_all
+from core.helpers import read_all, scan_all
 from txntable import Producer, RecordMetadata, Warehouse
 from txntable.storage import MemoryStore
 
 TABLE = "prop"
+Reads = dict[int, list[tuple[int, bytes | None]]]
 
 
 @dataclass
@@ -54,6 +57,8 @@ class Model:
     committed: list[Sent] = field(default_factory=list)  # visible once below the LSO
     landed: list[Sent] = field(default_factory=list)  # everything in the log
     markers: list[int] = field(default_factory=list)  # per partition
+    # version -> what read_committed and read_uncommitted consumers returned at it
+    seen: dict[int, tuple[Reads, Reads]] = field(default_factory=dict)
 
     def end_transaction(self, client: Client, commit: bool) -> None:
         written = [s for s in client.current if s.landed]
@@ -95,6 +100,12 @@ def check(wh: Warehouse, model: Model, clients: list[Client]) -> None:
     uncommitted = read_all(wh, TABLE, parts, "read_uncommitted")
     # One record per poll: positions must step over markers and aborted batches exactly.
     assert read_all(wh, TABLE, parts, "read_committed", max_records=1) == committed
+    assert read_all(wh, TABLE, parts, "read_committed", max_records=1, arrow=True) == committed
+    assert read_all(wh, TABLE, parts, "read_uncommitted", arrow=True) == uncommitted
+    table = wh.table(TABLE)
+    assert scan_all(table, "read_committed") == committed
+    assert scan_all(table, "read_uncommitted") == uncommitted
+    model.seen[desc.version] = (committed, uncommitted)
     for p in parts:
         want = sorted(
             (s.offset, s.value) for s in model.committed if s.partition == p and s.offset < lso[p]
@@ -178,6 +189,10 @@ def test_random_interleavings(scenario: tuple[int, int, list[tuple[str, int, int
         check(wh, model, clients)
         desc = wh.table(TABLE).describe()
         assert all(d.last_stable_offset == d.high_watermark for d in desc.partitions)
+        table = wh.table(TABLE)
+        for version, (committed, uncommitted) in model.seen.items():
+            assert scan_all(table, "read_committed", version) == committed
+            assert scan_all(table, "read_uncommitted", version) == uncommitted
         assert len(model.committed) == sum(
             1 for c in [*model.committed] if c.landed
         )  # every committed record was acknowledged with an offset

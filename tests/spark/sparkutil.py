@@ -160,3 +160,16 @@ def spark_rows(df: object) -> list[Row]:
         for r in got
     ]
     return sorted(rows, key=lambda x: (x[0], x[1]))
+
+
+def arrow_rows(table: object) -> list[Row]:
+    """A table in the read schema (``Table.scan``, the Arrow poll) as model rows."""
+    import pyarrow as pa
+
+    assert isinstance(table, pa.Table)
+    columns = ("partition", "offset", "key", "value", "headers", "timestamp")
+    rows = []
+    for p, o, k, v, h, ts in zip(*(table[c].to_pylist() for c in columns), strict=True):
+        headers = tuple((x["key"], x["value"]) for x in h)
+        rows.append((p, o, k, v, headers, int(ts.timestamp() * 1000)))
+    return rows

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from sparkutil import TableWriter, rec
+from sparkutil import TableWriter, arrow_rows, rec
 
 from txntable.actions import Batch
 from txntable.errors import (
@@ -596,3 +596,26 @@ def test_version_as_of_beyond_the_newest_names_the_range(mixed: TableWriter) -> 
         match=rf"cannot time travel to version {newest + 5}; available versions: \[0, {newest}\]",
     ):
         load_snapshot(opts)
+
+
+@pytest.mark.parametrize("read_committed", [True, False])
+def test_table_scan_matches_the_model(read_committed: bool) -> None:
+    """``Table.scan`` (the core read path Spark executors use) against the writer's model."""
+    wh = _wh()
+    tw = TableWriter(wh, "orders", 2)
+    tw.batch(0, [rec(i) for i in range(3)])
+    tw.batch(0, [rec(10 + i, b"t") for i in range(2)], pid=1, txn=True)
+    tw.batch(1, [rec(20 + i, headers=2) for i in range(4)], pid=2, txn=True)
+    tw.end_txn(1, commit=False)
+    tw.batch(0, [rec(30 + i, b"t") for i in range(2)], pid=2, txn=True)
+    tw.end_txn(2, commit=True)
+    tw.batch(1, [rec(40)], pid=3, txn=True)  # open
+    tw.batch(1, [rec(50 + i) for i in range(2)])  # above the LSO
+    level = "read_committed" if read_committed else "read_uncommitted"
+    assert arrow_rows(tw.table.scan(isolation_level=level).to_arrow()) == tw.expected(
+        read_committed
+    )
+    ranged = tw.table.scan(
+        isolation_level=level, starting_offsets={0: 1, 1: 2}, ending_offsets={0: 7}
+    )
+    assert arrow_rows(ranged.to_arrow()) == tw.expected(read_committed, {0: 1, 1: 2}, {0: 7})

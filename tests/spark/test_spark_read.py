@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from sparkutil import Row, TableWriter, rec, spark_rows
+from sparkutil import Row, TableWriter, arrow_rows, rec, spark_rows
 
 from txntable.actions import Batch
 from txntable.warehouse import Warehouse
@@ -60,6 +60,23 @@ def test_read_committed_and_uncommitted(spark: Any, lake: str) -> None:
             if isinstance(e, Batch) and e.producerId == 1:
                 os.remove(os.path.join(lake, e.path))
     assert spark_rows(_load(spark, path)) == got
+
+
+def test_spark_and_table_scan_return_the_same_rows(spark: Any, lake: str) -> None:
+    tw = _mixed(lake)
+    path = f"{lake}/orders"
+    start, end = {0: 3}, {0: 10, 1: 2}
+    spark_start = '{"orders": {"0": 3}}'
+    spark_end = '{"orders": {"0": 10, "1": 2}}'
+    for level in ("read_committed", "read_uncommitted"):
+        scan = tw.table.scan(isolation_level=level)
+        assert spark_rows(_load(spark, path, **{"isolation.level": level})) == arrow_rows(
+            scan.to_arrow()
+        )
+        ranged = tw.table.scan(isolation_level=level, starting_offsets=start, ending_offsets=end)
+        options = {"isolation.level": level, "startingOffsets": spark_start}
+        got = _load(spark, path, endingOffsets=spark_end, **options)
+        assert spark_rows(got) == arrow_rows(ranged.to_arrow())
 
 
 def test_offsets_and_time_travel(spark: Any, lake: str) -> None:

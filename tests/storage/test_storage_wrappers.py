@@ -1,13 +1,14 @@
-"""CountingStore and FaultInjectingStore."""
+"""CountingStore, LatencyStore and FaultInjectingStore."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from txntable.errors import ObjectExistsError, TransientStorageError
-from txntable.storage import CountingStore, FaultInjectingStore, MemoryStore, Store
+from txntable.storage import CountingStore, FaultInjectingStore, LatencyStore, MemoryStore, Store
 
 
 def test_counting_store_counts_exactly(any_store: Store) -> None:
@@ -97,3 +98,33 @@ def test_fault_ops_filter_factory_and_clear() -> None:
     with pytest.raises(ValueError):
         store.fail_before_write(lambda key: True, ops={"get"})
     MemoryStore.drop("faults-ops")
+
+
+def test_latency_store_delays_every_request_including_data_files() -> None:
+    inner = MemoryStore("latency-wrapper")
+    try:
+        store = LatencyStore(CountingStore(inner), latency_ms=30)
+        calls = [
+            lambda: store.put("a", b"1"),
+            lambda: store.get("a"),
+            lambda: store.head("a"),
+            lambda: store.put_data_file("d", b"2"),
+            lambda: store.get_data_file("d"),
+            lambda: list(store.list("")),
+            lambda: store.delete("a"),
+        ]
+        for call in calls:
+            t0 = time.monotonic()
+            call()
+            assert time.monotonic() - t0 >= 0.03
+        assert store.get_data_file("d") == b"2"
+        # Requests from several threads wait concurrently, not one after another.
+        threads = [threading.Thread(target=store.get_data_file, args=("d",)) for _ in range(8)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert time.monotonic() - t0 < 8 * 0.03
+    finally:
+        MemoryStore.drop("latency-wrapper")

@@ -17,11 +17,12 @@ from txntable.storage.base import (
 from txntable.storage.local import LocalStore
 from txntable.storage.memory import MemoryStore
 from txntable.storage.s3 import S3_OPTIONS, S3Store
-from txntable.storage.wrappers import CountingStore, FaultInjectingStore
+from txntable.storage.wrappers import CountingStore, FaultInjectingStore, LatencyStore
 
 __all__ = [
     "CountingStore",
     "FaultInjectingStore",
+    "LatencyStore",
     "LocalStore",
     "MemoryStore",
     "ObjectInfo",

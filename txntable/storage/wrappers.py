@@ -1,8 +1,9 @@
-"""Store wrappers for tests and diagnostics: request counting and fault injection."""
+"""Store wrappers for tests, benchmarks and diagnostics: counting, latency, fault injection."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -84,6 +85,65 @@ class CountingStore(StoreWrapper):
 
     def delete(self, key: str) -> None:
         self._count("DELETE")
+        self.inner.delete(key)
+
+
+class LatencyStore(StoreWrapper):
+    """Adds a fixed delay to every request, as an object store's round trip would.
+
+    Models S3 on a fast local backend (the moto server): every call sleeps ``latency_ms``
+    first, segment reads and writes (``get_data_file`` / ``put_data_file``, pyarrow's file
+    system on S3) included. Readers never bypass a wrapped store's data path (see
+    :class:`txntable.reader.SegmentReader`), so the delay applies to every segment read.
+    A ``list`` is delayed once, however many pages it has. Sleeping releases the GIL, so
+    requests made from several threads overlap as they would against a real store.
+    """
+
+    def __init__(self, inner: Store, latency_ms: float) -> None:
+        super().__init__(inner)
+        self.latency_ms = latency_ms
+
+    def _wait(self) -> None:
+        time.sleep(self.latency_ms / 1000)
+
+    def get(self, key: str) -> StoredObject:
+        self._wait()
+        return self.inner.get(key)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        self._wait()
+        return self.inner.head(key)
+
+    def put(self, key: str, data: bytes) -> str:
+        self._wait()
+        return self.inner.put(key, data)
+
+    def put_data_file(self, key: str, data: bytes) -> None:
+        self._wait()
+        self.inner.put_data_file(key, data)
+
+    def get_data_file(self, key: str) -> bytes:
+        self._wait()
+        return self.inner.get_data_file(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self._wait()
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._wait()
+        return self.inner.put_if_match(key, data, etag)
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        self._wait()
+        return self.inner.list(prefix, start_after)
+
+    def list_children(self, prefix: str = "") -> Iterator[str]:
+        self._wait()
+        return self.inner.list_children(prefix)
+
+    def delete(self, key: str) -> None:
+        self._wait()
         self.inner.delete(key)
 
 
