@@ -53,6 +53,18 @@ class CorruptLogError(TxnTableError):
         self.path = path
 
 
+class VersionNotAvailableError(TxnTableError):
+    """Time travel to a version whose log was truncated by maintenance (outside the window)."""
+
+    def __init__(self, version: int, earliest: int) -> None:
+        super().__init__(
+            f"version {version} is no longer available: the log was truncated by maintenance "
+            f"and the earliest readable version is {earliest}"
+        )
+        self.version = version
+        self.earliest = earliest
+
+
 class UnsupportedProtocolError(TxnTableError):
     """The table needs a reader or writer protocol version this client does not implement."""
 

@@ -16,11 +16,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from txntable import config
-from txntable.actions import Action, CommitInfo, check_protocol, decode_actions, encode_actions
+from txntable.actions import (
+    MAINTENANCE_PROTOCOL_VERSION,
+    Action,
+    CommitInfo,
+    PartitionStart,
+    Protocol,
+    check_protocol,
+    decode_actions,
+    encode_actions,
+)
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
@@ -28,6 +38,7 @@ from txntable.errors import (
     ObjectNotFoundError,
     StorageError,
     TransientStorageError,
+    VersionNotAvailableError,
 )
 from txntable.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
 from txntable.storage.base import Store
@@ -64,6 +75,18 @@ class CommitStats:
     ambiguous: int = 0
     commits: int = 0
 
+
+@dataclass
+class LogListing:
+    """What one listing of ``_log/`` holds: version numbers, and checkpoints by version
+    with the part counts of their complete sets (1 for a single file)."""
+
+    versions: list[int] = field(default_factory=list)
+    checkpoints: dict[int, set[int]] = field(default_factory=dict)
+
+
+#: Actions per checkpoint part: a larger state is written in several parts.
+CHECKPOINT_PART_ACTIONS = 50_000
 
 #: Amortised budget of a commit: entries a checkpoint may re-encode per committed version.
 CHECKPOINT_ENTRIES_PER_VERSION = 100
@@ -105,6 +128,7 @@ class Log:
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         self.stats = CommitStats()
+        self.checkpoint_part_actions = CHECKPOINT_PART_ACTIONS
         self._lock = threading.Lock()
 
     # --- keys -----------------------------------------------------------------------------
@@ -113,9 +137,15 @@ class Log:
         """Key of log version ``version``."""
         return f"{self.root}/{LOG_DIR}/{version:020d}.json"
 
-    def checkpoint_key(self, version: int) -> str:
-        """Key of the checkpoint at ``version``."""
-        return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.json"
+    def checkpoint_key(self, version: int, part: int = 1, parts: int = 1) -> str:
+        """Key of part ``part`` of ``parts`` of the checkpoint at ``version``.
+
+        A single-part checkpoint is ``<v>.checkpoint.json`` (readable as such by v1 readers,
+        which refuse it on its protocol line); parts use Delta's multi-part naming.
+        """
+        if parts == 1:
+            return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.json"
+        return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.{part:010d}.{parts:010d}.json"
 
     @property
     def last_checkpoint_key(self) -> str:
@@ -134,47 +164,86 @@ class Log:
         return decode_actions(data, key)
 
     def exists(self) -> bool:
-        """Whether version 0 exists."""
+        """Whether version 0 exists (maintenance never deletes it)."""
         return self.store.head(self.version_key(0)) is not None
 
-    def _checkpoint_hint(self) -> int | None:
+    def _checkpoint_hint(self) -> tuple[int, int] | None:
         try:
-            data = self.store.get(self.last_checkpoint_key).data
-            version = json.loads(data)["version"]
+            hint = json.loads(self.store.get(self.last_checkpoint_key).data)
+            version = hint["version"]
+            parts = hint.get("parts", 1)
         except ObjectNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None  # a hint is never trusted blindly: fall back to listing
-        return version if isinstance(version, int) and version >= 0 else None
+        if not (isinstance(version, int) and version >= 0 and isinstance(parts, int)):
+            return None
+        return (version, parts) if parts >= 1 else None
 
-    def _list_checkpoints(self, at_most: int | None) -> list[int]:
-        """Checkpoint versions at or below ``at_most``, newest first (a cold-start fallback)."""
-        versions = []
+    def list_log(self) -> LogListing:
+        """One listing of ``_log/``: the versions and the complete checkpoints in it."""
+        listing = LogListing()
+        multipart: dict[tuple[int, int], set[int]] = {}
         for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
             name = key.rsplit("/", 1)[-1]
-            stem, _, suffix = name.partition(".")
-            if suffix == "checkpoint.json" and stem.isdigit():
-                v = int(stem)
-                if at_most is None or v <= at_most:
-                    versions.append(v)
-        return sorted(versions, reverse=True)
+            pieces = name.split(".")
+            if not pieces[0].isdigit() or pieces[-1] != "json":
+                continue
+            v = int(pieces[0])
+            if len(pieces) == 2:
+                listing.versions.append(v)
+            elif len(pieces) == 3 and pieces[1] == "checkpoint":
+                listing.checkpoints.setdefault(v, set()).add(1)
+            elif len(pieces) == 5 and pieces[1] == "checkpoint" and pieces[2].isdigit():
+                if pieces[3].isdigit():
+                    multipart.setdefault((v, int(pieces[3])), set()).add(int(pieces[2]))
+        for (v, n), found in multipart.items():
+            if found == set(range(1, n + 1)):
+                listing.checkpoints.setdefault(v, set()).add(n)
+        listing.versions.sort()
+        return listing
 
-    def _read_checkpoint(self, version: int) -> TableSnapshot | None:
-        key = self.checkpoint_key(version)
+    def read_checkpoint(self, version: int, parts: int = 1) -> TableSnapshot | None:
+        """Load the checkpoint at ``version`` (``None`` if it is missing or a v1 stub).
+
+        Raises:
+            CorruptLogError: If a part is damaged or the state is inconsistent.
+        """
+        keys = [self.checkpoint_key(version, i, parts) for i in range(1, parts + 1)]
         try:
-            data = self.store.get(key).data
+            if parts == 1:
+                datas = [self.store.get(keys[0]).data]
+            else:
+                # Parts are independent objects: fetch them concurrently (latency-bound).
+                with ThreadPoolExecutor(min(parts, 8)) as pool:
+                    datas = [r.data for r in pool.map(self.store.get, keys)]
         except ObjectNotFoundError:
             return None
-        return load_checkpoint(version, decode_actions(data, key), key)
+        actions: list[Action] = []
+        for key, data in zip(keys, datas, strict=True):
+            actions.extend(decode_actions(data, key))
+        state = any(isinstance(a, PartitionStart) for a in actions[:3])
+        if not state and parts == 1:
+            first = actions[0]
+            if isinstance(first, Protocol) and first.minReaderVersion >= 2:
+                return None  # a stub telling v1 readers to refuse a multi-part checkpoint
+        return load_checkpoint(version, actions, keys[0], state=state)
 
-    def _checkpoint_candidates(self, version: int | None) -> Iterator[int]:
+    def _checkpoint_candidates(
+        self, version: int | None, listed: list[LogListing]
+    ) -> Iterator[tuple[int, int]]:
         hint = self._checkpoint_hint()
-        if hint is not None and (version is None or hint <= version):
+        if hint is not None and (version is None or hint[0] <= version):
             yield hint
         # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
-        for listed in self._list_checkpoints(version):
-            if listed != hint:
-                yield listed
+        listing = self.list_log()
+        listed.append(listing)
+        for v in sorted(listing.checkpoints, reverse=True):
+            if version is not None and v > version:
+                continue
+            for parts in sorted(listing.checkpoints[v], reverse=True):  # multi-part first
+                if (v, parts) != hint:
+                    yield v, parts
 
     def load(self, version: int | None = None) -> TableSnapshot:
         """Load the snapshot at ``version`` (latest if ``None``): checkpoint, then the tail.
@@ -184,12 +253,15 @@ class Log:
 
         Raises:
             ObjectNotFoundError: If the log has no version 0 (no such table).
-            CorruptLogError: If a log version is damaged.
+            VersionNotAvailableError: If ``version`` is older than the truncated log keeps.
+            CorruptLogError: If a log version is damaged, or the log is truncated and no
+                checkpoint that covers it is readable.
         """
         snap: TableSnapshot | None = None
-        for cp in self._checkpoint_candidates(version):
+        listed: list[LogListing] = []
+        for cp, parts in self._checkpoint_candidates(version, listed):
             try:
-                snap = self._read_checkpoint(cp)
+                snap = self.read_checkpoint(cp, parts)
             except CorruptLogError as e:
                 _log.warning("skipping damaged checkpoint: %s", e)
                 continue
@@ -201,10 +273,26 @@ class Log:
             if actions is None:
                 raise ObjectNotFoundError(self.version_key(0))
             snap.apply(0, actions, self.version_key(0))
+            if version != 0:
+                self._check_not_truncated(listed, version)
         self.refresh(snap, up_to=version)
         if version is not None and snap.version != version:
             raise CorruptLogError(f"version {version} does not exist (latest {snap.version})")
         return snap
+
+    def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
+        """Replay from version 0 needs version 1 onwards: refuse a truncated log."""
+        listing = listed[0] if listed else self.list_log()
+        later = [v for v in listing.versions if v > 0]
+        if later and later[0] > 1:
+            earliest = min(listing.checkpoints, default=later[0])
+            if version is not None and version < earliest:
+                raise VersionNotAvailableError(version, earliest)
+            raise CorruptLogError(
+                f"log truncated before version {later[0]} and no checkpoint covering it is "
+                "readable",
+                self.root,
+            )
 
     def refresh(self, snap: TableSnapshot, up_to: int | None = None) -> int:
         """Apply versions newer than ``snap.version`` in place; return how many.
@@ -296,16 +384,30 @@ class Log:
         if checkpoint_due(snap.version, self.checkpoint_interval, entries):
             self.write_checkpoint(snap)
 
-    def write_checkpoint(self, snap: TableSnapshot) -> None:
-        """Write the checkpoint of ``snap`` and point the hint at it.
+    def write_checkpoint(self, snap: TableSnapshot) -> bool:
+        """Write the checkpoint of ``snap`` and point the hint at it; return whether it landed.
 
-        A checkpoint is an optimisation: the log versions stay the source of truth, so a
+        A large state is split into parts of at most ``checkpoint_part_actions`` actions. A
+        checkpoint is an optimisation: the log versions stay the source of truth, so a
         failure here (after the commit it follows has landed) is logged, not raised, and
         costs only a longer replay later.
         """
+        actions = checkpoint_actions(snap)
+        size = max(1, self.checkpoint_part_actions)
+        chunks = [actions[i : i + size] for i in range(0, len(actions), size)]
+        parts = len(chunks)
         try:
-            data = encode_actions(checkpoint_actions(snap))
-            self.store.put(self.checkpoint_key(snap.version), data)
-            self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
+            for i, chunk in enumerate(chunks, 1):
+                self.store.put(self.checkpoint_key(snap.version, i, parts), encode_actions(chunk))
+            assert snap.protocol is not None
+            if parts > 1 and snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
+                # v1 readers only know single-file checkpoints: give them one that holds the
+                # protocol, so they refuse the table instead of replaying a truncated log.
+                stub = encode_actions([snap.protocol, *actions[1:2]])
+                self.store.put(self.checkpoint_key(snap.version), stub)
+            hint = {"version": snap.version, "parts": parts, "size": len(actions)}
+            self.store.put(self.last_checkpoint_key, json.dumps(hint).encode())
         except (StorageError, OSError) as e:
             _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)
+            return False
+        return True
