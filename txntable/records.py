@@ -34,6 +34,12 @@ SEGMENT_SCHEMA = pa.schema(
     ]
 )
 
+#: A merged segment (protocol v2) carries each record's offset explicitly, first.
+OFFSET_COLUMN = "offset"
+MERGED_SEGMENT_SCHEMA = pa.schema(
+    [pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), *SEGMENT_SCHEMA]
+)
+
 #: Bytes a record costs beyond its key, value and headers (Kafka's record overhead, roughly).
 RECORD_OVERHEAD = 21
 
@@ -100,12 +106,12 @@ def encode_segment(records: list[ProducerRecord]) -> bytes:
         },
         schema=SEGMENT_SCHEMA,
     )
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue()
+    return encode_table(table)
 
 
-def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
+def decode_segment(
+    data: bytes, path: str, expected_count: int, merged: bool = False
+) -> pa.Table:
     """Decode a Parquet segment and check it against its batch.
 
     Raises:
@@ -116,14 +122,17 @@ def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
         table = pq.read_table(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptLogError(f"segment is not readable Parquet ({e})", path) from None
-    return check_segment(table, path, expected_count)
+    return check_segment(table, path, expected_count, merged)
 
 
-def check_segment(table: pa.Table, path: str, expected_count: int) -> pa.Table:
-    """Check a decoded segment's schema and row count against its batch action."""
-    if not table.schema.equals(SEGMENT_SCHEMA):
+def check_segment(
+    table: pa.Table, path: str, expected_count: int, merged: bool = False
+) -> pa.Table:
+    """Check a decoded segment's schema and row count against its batch (or segment) action."""
+    schema = MERGED_SEGMENT_SCHEMA if merged else SEGMENT_SCHEMA
+    if not table.schema.equals(schema):
         try:
-            table = table.cast(SEGMENT_SCHEMA)
+            table = table.cast(schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
             raise SchemaMismatchError(
                 f"segment {path} does not match the record schema: {e}"
@@ -135,8 +144,8 @@ def check_segment(table: pa.Table, path: str, expected_count: int) -> pa.Table:
     return table
 
 
-def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
-    """Read a committed batch's segment.
+def read_segment(store: Store, path: str, expected_count: int, merged: bool = False) -> pa.Table:
+    """Read a committed batch's segment (``merged``: a merged segment, with its offsets).
 
     Raises:
         MissingSegmentError: If the segment object is gone.
@@ -145,14 +154,28 @@ def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
         data = store.get_data_file(path)
     except ObjectNotFoundError:
         raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
-    return decode_segment(data, path, expected_count)
+    return decode_segment(data, path, expected_count, merged)
+
+
+def encode_table(table: pa.Table) -> bytes:
+    """Encode an Arrow table of records (segment or merged-segment schema) as Parquet."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
 
 
 def table_to_records(
     table: pa.Table, topic: str, partition: int, base_offset: int, start: int, stop: int
 ) -> list[ConsumerRecord]:
-    """Turn rows ``[start, stop)`` of a segment into consumer records."""
+    """Turn rows ``[start, stop)`` of a segment into consumer records.
+
+    A merged segment's offsets come from its offset column, a batch's from ``base_offset``.
+    """
     sliced = table.slice(start, stop - start)
+    if OFFSET_COLUMN in sliced.column_names:
+        offsets = sliced.column(OFFSET_COLUMN).to_pylist()
+    else:
+        offsets = list(range(base_offset + start, base_offset + stop))
     keys = sliced.column("key").to_pylist()
     values = sliced.column("value").to_pylist()
     headers: list[Any] = sliced.column("headers").to_pylist()
@@ -161,7 +184,7 @@ def table_to_records(
         ConsumerRecord(
             topic,
             partition,
-            base_offset + start + i,
+            offsets[i],
             keys[i],
             values[i],
             [(h["key"], h["value"]) for h in headers[i] or []],

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from txntable.actions import (
+    MAINTENANCE_PROTOCOL_VERSION,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     AbortedTxn,
@@ -242,6 +243,9 @@ def apply_action(
     if isinstance(action, Protocol):
         check_protocol(action)
         snap.protocol = action
+        if action.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
+            for part in snap.partitions:
+                _drop_below_log_start(part)
     elif isinstance(action, Metadata):
         if action.partitions < len(snap.partitions):
             raise CorruptLogError("metadata reduces the number of partitions", path)
@@ -278,7 +282,12 @@ def apply_action(
     elif isinstance(action, LogStart):
         part = _partition(snap, action.partition, path)
         part.log_start_offset = max(part.log_start_offset, min(action.offset, part.log_end_offset))
-        _drop_below_log_start(part)
+        v2 = snap.protocol is not None and (
+            snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+        )
+        if v2:
+            # v2: nothing below the log start is ever read again; v1 keeps the entries.
+            _drop_below_log_start(part)
     elif isinstance(action, Segment):
         _replace_range(_partition(snap, action.partition, path), action, path)
     elif isinstance(action, ExpireProducer):
