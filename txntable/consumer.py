@@ -8,6 +8,7 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import OrderedDict
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from txntable import config
 from txntable.aborted import classify_entries
-from txntable.actions import Batch
+from txntable.actions import Batch, Marker, Segment
 from txntable.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -33,7 +34,13 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
-from txntable.records import ConsumerRecord, TopicPartition, read_segment, table_to_records
+from txntable.records import (
+    OFFSET_COLUMN,
+    ConsumerRecord,
+    TopicPartition,
+    read_segment,
+    table_to_records,
+)
 from txntable.snapshot import PartitionState
 from txntable.storage.base import Store
 from txntable.table import Table
@@ -247,30 +254,41 @@ class Consumer:
         aborted = part.aborted_between(pos, upper) if committed else []
         out: list[ConsumerRecord] = []
         for entry, visible in classify_entries(entries, aborted) if committed else (
-            (e, isinstance(e, Batch)) for e in entries
+            (e, not isinstance(e, Marker)) for e in entries
         ):
             if len(out) >= max_records:
                 break
-            if not visible:
+            if not visible or (isinstance(entry, Segment) and entry.count == 0):
                 pos = max(pos, entry.next_offset)
                 continue
-            assert isinstance(entry, Batch)
+            assert not isinstance(entry, Marker)
             segment = self._segment(entry)
-            start = max(pos - entry.baseOffset, 0)
-            stop = min(entry.count, start + max_records - len(out))
+            if isinstance(entry, Segment):
+                # Merged: explicit offsets, with gaps where dropped records were.
+                offsets = segment.column(OFFSET_COLUMN).to_pylist()
+                start = bisect.bisect_left(offsets, pos)
+            else:
+                start = max(pos - entry.baseOffset, 0)
+            stop = min(segment.num_rows, start + max_records - len(out))
             out.extend(
                 table_to_records(segment, tp.topic, tp.partition, entry.baseOffset, start, stop)
             )
-            pos = entry.baseOffset + stop
+            if stop >= segment.num_rows:
+                pos = entry.next_offset
+            elif isinstance(entry, Segment):
+                pos = int(offsets[stop - 1]) + 1 if stop > start else pos
+            else:
+                pos = entry.baseOffset + stop
         self._positions[tp] = pos
         return out
 
-    def _segment(self, batch: Batch) -> pa.Table:
+    def _segment(self, batch: Batch | Segment) -> pa.Table:
         cached = self._segments.get(batch.path)
         if cached is not None:
             self._segments.move_to_end(batch.path)
             return cached
-        table = read_segment(self._table_store(), batch.path, batch.count)
+        merged = isinstance(batch, Segment)
+        table = read_segment(self._table_store(), batch.path, batch.count, merged)
         self._segments[batch.path] = table
         if len(self._segments) > _SEGMENT_CACHE_SIZE:
             self._segments.popitem(last=False)

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -189,7 +188,7 @@ def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
             return MERGED_SEGMENT_SCHEMA.empty_table()
         return read_segment(store, entry.path, entry.count, merged=True)
     table = read_segment(store, entry.path, entry.count)
-    offsets = pa.array(np.arange(entry.baseOffset, entry.next_offset, dtype=np.int64))
+    offsets = pa.array(range(entry.baseOffset, entry.next_offset), pa.int64())
     return table.add_column(0, pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), offsets)
 
 
