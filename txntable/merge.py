@@ -250,7 +250,7 @@ def rewrite_run(
                 k is None or latest.get(k) == o
                 for k, o in zip(table.column("key").to_pylist(), offs, strict=True)
             ]
-            mask = pc.and_(mask, pa.array(keep))
+            mask = pc.and_(mask, pa.array(keep, pa.bool_()))
             tombstone = pc.is_null(table.column("value"))
             expired = (
                 isinstance(entry, Segment)
