@@ -113,3 +113,11 @@ def comparable(snap: TableSnapshot) -> object:
         snap.offsets,
         snap.pending_offsets,
     )
+
+
+HISTORY_FOR_CRASH = [
+    Op("idem", ((0, 3), (1, 2))),
+    Op("commit", ((0, 2), (1, 1))),
+    Op("abort", ((0, 2), (1, 3))),
+    Op("idem", ((0, 1), (1, 1))),
+]
