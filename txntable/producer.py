@@ -41,6 +41,7 @@ from txntable.groups import (
     plan_offset_commit,
 )
 from txntable.log import now_ms
+from txntable.maintenance import AutoMaintenance
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
@@ -123,6 +124,9 @@ class Producer:
         max_request_size: Largest record accepted.
         transaction_timeout_ms: After this, the transaction may be aborted by others.
         delivery_timeout_ms: How long a flush retries transient storage errors.
+        auto_maintenance: After its commits, check (at most once per the table's
+            ``maintenance.interval.ms``) whether a table needs merge or retention, and run
+            ``Table.maintain`` in a background thread if so (never on the commit path).
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class Producer:
         max_request_size: int = config.MAX_REQUEST_SIZE_DEFAULT,
         transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
         delivery_timeout_ms: int = 120_000,
+        auto_maintenance: bool = True,
     ) -> None:
         if transactional_id is not None and not enable_idempotence:
             raise InvalidConfigurationError("transactions need enable_idempotence=True")
@@ -168,6 +173,7 @@ class Producer:
         self._buffers: dict[TopicPartition, _Buffer] = {}
         self._buffered_bytes = 0
         self._in_flight: list[Future[RecordMetadata]] = []
+        self._maintenance = AutoMaintenance(warehouse.table) if auto_maintenance else None
         self._flush_requested = False
         self._closed = False
         self._cond = threading.Condition()
@@ -664,6 +670,8 @@ class Producer:
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
         self._abort_expired_transactions(table)
+        if self._maintenance is not None:
+            self._maintenance.after_commit(table)
         for d, base in zip(items, result.base_offsets, strict=True):
             for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
                 f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))

@@ -337,3 +337,22 @@ def test_maintain_runs_every_step(wh: Warehouse) -> None:
     assert report.checkpoint is not None and report.checkpoint.written
     assert report.vacuum is not None and report.vacuum.deleted == []
     assert read(wh, "t", "read_committed") == committed
+
+
+def test_a_producer_runs_maintenance_in_the_background(wh: Warehouse) -> None:
+
+    conf = {"maintenance.interval.ms": "0", "maintenance.merge.min.entries": "4"}
+    wh.create_table("t", partitions=1, configuration=conf)
+    p = Producer(wh, linger_ms=600_000, batch_size=1 << 30)
+    for i in range(6):
+        p.send("t", value=f"v{i}".encode(), partition=0)
+        p.flush()
+    assert p._maintenance is not None
+    p._maintenance.join(30)
+    p.close()
+    part = wh.table("t").snapshot().partition(0)
+    assert isinstance(part.entries[0], Segment)
+    assert read(wh, "t", "read_committed")[0] == [(i, f"v{i}".encode()) for i in range(6)]
+    off = Producer(wh, linger_ms=600_000, batch_size=1 << 30, auto_maintenance=False)
+    assert off._maintenance is None
+    off.close()
