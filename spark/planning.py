@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 
 from txntable.aborted import classify_entries
-from txntable.actions import Batch
+from txntable.actions import Marker, Segment
 from txntable.errors import OffsetOutOfRangeError
 from txntable.snapshot import PartitionState, TableSnapshot
 
@@ -39,6 +39,9 @@ class SegmentSlice:
     row_start: int
     row_stop: int
     size: int
+    #: A merged segment: rows are chosen by its offset column, in ``[first, end)`` offsets
+    #: (``row_start`` / ``row_stop`` then hold those offsets minus ``base_offset``).
+    merged: bool = False
 
     @property
     def rows(self) -> int:
@@ -48,7 +51,7 @@ class SegmentSlice:
     @property
     def est_bytes(self) -> int:
         """Segment bytes prorated to the rows kept (what packing balances on)."""
-        return max(1, self.size * self.rows // max(self.count, 1))
+        return max(1, min(self.size, self.size * self.rows // max(self.count, 1)))
 
 
 @dataclass(frozen=True)
@@ -156,14 +159,21 @@ def slices_in_range(
         classified = ((e, True) for e in entries)
     out = []
     for entry, visible in classified:
-        if not visible or not isinstance(entry, Batch):
+        if not visible or isinstance(entry, Marker) or entry.count == 0:
             continue
         lo = max(start, entry.baseOffset) - entry.baseOffset
         hi = min(end, entry.next_offset) - entry.baseOffset
         if hi > lo:
             out.append(
                 SegmentSlice(
-                    part.partition, entry.path, entry.baseOffset, entry.count, lo, hi, entry.size
+                    part.partition,
+                    entry.path,
+                    entry.baseOffset,
+                    entry.count,
+                    lo,
+                    hi,
+                    entry.size,
+                    isinstance(entry, Segment),
                 )
             )
     return out

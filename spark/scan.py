@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txntable.records import check_segment, read_segment
+from txntable.records import OFFSET_COLUMN, check_segment, read_segment
 from txntable.storage import Store, open_store
 
 from .planning import SegmentSlice
@@ -73,6 +73,12 @@ def read_slice_table(
         SchemaMismatchError: If it does not match its batch.
     """
     table: pa.Table | None = None
+    if s.merged:
+        table = read_segment(store, s.path, s.count, merged=True)
+        offsets = table.column(OFFSET_COLUMN)
+        first, end = s.base_offset + s.row_start, s.base_offset + s.row_stop
+        keep = pc.and_(pc.greater_equal(offsets, first), pc.less(offsets, end))
+        return table.filter(keep)
     if fs is not None and (fs[2] or s.size > SMALL_SEGMENT_BYTES):
         filesystem, base, _ = fs
         try:
@@ -93,6 +99,10 @@ def to_output(table: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
     """Segment rows -> the output schema: add topic, partition and offsets, fix types."""
     n = table.num_rows
     first = s.base_offset + s.row_start
+    if s.merged:
+        offsets = table.column(OFFSET_COLUMN).combine_chunks()
+    else:
+        offsets = pa.array(np.arange(first, first + n, dtype=np.int64))
     headers = table.column("headers").combine_chunks()
     if headers.null_count:
         # Output headers are non-null (an empty list for "no headers").
@@ -103,7 +113,7 @@ def to_output(table: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
             table.column("value"),
             pa.repeat(pa.scalar(topic, pa.string()), n),
             pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-            pa.array(np.arange(first, first + n, dtype=np.int64)),
+            offsets,
             table.column("timestamp").cast(ARROW_TIMESTAMP),
             headers.cast(ARROW_HEADERS),
         ],

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hypothesis import strategies as st
+
 from core.helpers import read_all
 from txntable import Producer, TopicPartition, Warehouse
 from txntable.snapshot import TableSnapshot
@@ -121,3 +123,15 @@ HISTORY_FOR_CRASH = [
     Op("abort", ((0, 2), (1, 3))),
     Op("idem", ((0, 1), (1, 1))),
 ]
+
+
+def op_lists(max_size: int) -> st.SearchStrategy[list[Op]]:
+    """Hypothesis: histories of up to ``max_size`` ops over partitions 0 and 1."""
+    sizes = st.lists(
+        st.tuples(st.integers(0, 1), st.integers(1, 3)),
+        min_size=1,
+        max_size=2,
+        unique_by=lambda t: t[0],
+    ).map(tuple)
+    kinds = st.sampled_from(["idem", "commit", "abort"])
+    return st.lists(st.builds(Op, kinds, sizes, st.booleans()), min_size=1, max_size=max_size)

@@ -8,24 +8,14 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.maintutil import Op, comparable, open_transaction, read_keys, run_history
+from core.maintutil import Op, comparable, op_lists, open_transaction, read_keys, run_history
 from txntable import Warehouse
 from txntable.log import Log
 from txntable.snapshot import replay
 
 _names = itertools.count()
 
-sizes = st.lists(
-    st.tuples(st.integers(0, 1), st.integers(1, 3)),
-    min_size=1,
-    max_size=2,
-    unique_by=lambda t: t[0],
-).map(tuple)
-ops = st.lists(
-    st.builds(Op, st.sampled_from(["idem", "commit", "abort"]), sizes, st.booleans()),
-    min_size=1,
-    max_size=8,
-)
+ops = op_lists(8)
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("optimize"), st.sampled_from([1, 2_000, 5_000, 1 << 30])),
