@@ -8,7 +8,6 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections import OrderedDict
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txntable import config
 from txntable.aborted import classify_entries
@@ -265,8 +265,8 @@ class Consumer:
             segment = self._segment(entry)
             if isinstance(entry, Segment):
                 # Merged: explicit offsets, with gaps where dropped records were.
-                offsets = segment.column(OFFSET_COLUMN).to_pylist()
-                start = bisect.bisect_left(offsets, pos)
+                offsets = segment.column(OFFSET_COLUMN)
+                start = int(pc.sum(pc.less(offsets, pos)).as_py() or 0)  # sorted: a count
             else:
                 start = max(pos - entry.baseOffset, 0)
             stop = min(segment.num_rows, start + max_records - len(out))
@@ -276,7 +276,7 @@ class Consumer:
             if stop >= segment.num_rows:
                 pos = entry.next_offset
             elif isinstance(entry, Segment):
-                pos = int(offsets[stop - 1]) + 1 if stop > start else pos
+                pos = int(offsets[stop - 1].as_py()) + 1 if stop > start else pos
             else:
                 pos = entry.baseOffset + stop
         self._positions[tp] = pos

@@ -17,7 +17,8 @@ the plan. A crash before the commit leaves only unreferenced files, which vacuum
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -192,6 +193,19 @@ def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
     return table.add_column(0, pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), offsets)
 
 
+#: Segments fetched concurrently by a rewrite (object-store reads are latency bound).
+READ_AHEAD = 8
+
+
+def read_entries(store: Store, entries: Sequence[Batch | Segment]) -> Iterator[pa.Table]:
+    """:func:`read_entry` of each entry, in order, fetched a few at a time in threads."""
+    if len(entries) <= 1:
+        yield from (read_entry(store, e) for e in entries)
+        return
+    with ThreadPoolExecutor(min(READ_AHEAD, len(entries))) as pool:
+        yield from pool.map(lambda e: read_entry(store, e), entries)
+
+
 @dataclass
 class Compaction:
     """What key compaction keeps: the latest offset per key, and the tombstone cutoff."""
@@ -233,15 +247,12 @@ def rewrite_run(
         MissingSegmentError, CorruptLogError, SchemaMismatchError: An input is unreadable.
     """
     pieces: list[pa.Table] = []
-    dropped = 0
     horizon = -1
-    for entry, visible in zip(run.entries, run.visible, strict=True):
-        if isinstance(entry, Marker):
-            continue
-        if not visible:
-            dropped += entry.count
-            continue
-        table = read_entry(store, entry)
+    pairs = zip(run.entries, run.visible, strict=True)
+    inputs = [(e, v) for e, v in pairs if not isinstance(e, Marker)]
+    wanted = [e for e, v in inputs if v]
+    dropped = sum(e.count for e, v in inputs if not v)  # aborted: never read
+    for entry, table in zip(wanted, read_entries(store, wanted), strict=True):
         mask = pc.greater_equal(table.column(OFFSET_COLUMN), log_start)
         if compaction is not None:
             latest = compaction.latest
