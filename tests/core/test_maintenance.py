@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.helpers import log_versions
 from core.maintutil import Op, comparable, open_transaction, read, read_keys, run_history
 from txntable import Producer, Warehouse
 from txntable.actions import ExpireProducer, Protocol, Segment
@@ -33,13 +34,6 @@ HISTORY = [
 def wh(tmp_path: Path) -> Warehouse:
     return Warehouse(f"file://{tmp_path}/wh")
 
-
-def all_versions(log: Log) -> list[tuple[int, list]]:
-    out, v = [], 0
-    while (actions := log.read_version(v)) is not None:
-        out.append((v, actions))
-        v += 1
-    return out
 
 
 def test_optimize_keeps_every_committed_record_at_its_offset(wh: Warehouse) -> None:
@@ -264,7 +258,7 @@ def test_checkpoint_plus_tail_equals_full_replay_after_maintenance(wh: Warehouse
     table.expire_producers(now=10**15)
     table.checkpoint()
     run_history(wh, "t", HISTORY[:2])
-    full = replay(all_versions(table.log))
+    full = replay(log_versions(table.log))
     loaded = Log(wh.store, "t").load()
     assert comparable(loaded) == comparable(full)
     assert comparable(wh.table("t").snapshot()) == comparable(full)
@@ -282,7 +276,7 @@ def test_checkpoint_in_parts_and_a_damaged_part_is_skipped(
     v = table.snapshot().version
     parts = max(listing.checkpoints[v])
     assert parts > 2
-    full = replay(all_versions(table.log))
+    full = replay(log_versions(table.log))
     assert comparable(Log(wh.store, "t").load()) == comparable(full)
     # Damage part 2: the checkpoint is skipped with a warning, the log replayed instead.
     wh.store.put(table.log.checkpoint_key(v, 2, parts), b'{"batch":{"nonsense":1}}\n')

@@ -8,6 +8,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.helpers import log_versions
 from core.maintutil import Op, comparable, op_lists, open_transaction, read_keys, run_history
 from txntable import Warehouse
 from txntable.log import Log
@@ -27,13 +28,6 @@ steps = st.lists(
     max_size=5,
 )
 
-
-def _all_versions(log: Log) -> list[tuple[int, list]]:
-    out, v = [], 0
-    while (actions := log.read_version(v)) is not None:
-        out.append((v, actions))
-        v += 1
-    return out
 
 
 def _visible(wh: Warehouse) -> dict[int, list[tuple[int, bytes | None, bytes | None]]]:
@@ -74,7 +68,7 @@ def test_merge_retention_vacuum_keep_read_committed(
             assert got[p] == [r for r in expected[p] if r[0] >= start], (step, p)
     # Checkpoint + tail == full replay, whatever maintenance did.
     table.checkpoint()
-    full = replay(_all_versions(table.log))
+    full = replay(log_versions(table.log))
     assert comparable(Log(wh.store, "t").load()) == comparable(full)
     if opener is not None:
         opener.abort_transaction()
