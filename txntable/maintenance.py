@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from txntable import config
-from txntable.actions import MAINTENANCE_PROTOCOL_VERSION, CommitInfo
+from txntable.actions import MAINTENANCE_PROTOCOL_VERSION
 from txntable.errors import InvalidConfigurationError, TxnTableError
-from txntable.log import Log, now_ms
+from txntable.log import now_ms
 from txntable.merge import (
     Compaction,
     RewriteReport,
@@ -41,7 +41,7 @@ from txntable.retention import (
     plan_retention,
 )
 from txntable.snapshot import TableSnapshot
-from txntable.vacuum import new_segment_name
+from txntable.vacuum import first_version_since, new_segment_name
 
 if TYPE_CHECKING:
     from txntable.table import Table
@@ -292,13 +292,6 @@ def checkpoint(table: Table) -> CheckpointReport:
     return CheckpointReport(snap.version, written, len(checkpoint_actions(snap)))
 
 
-def _version_timestamp(log: Log, version: int) -> int | None:
-    actions = log.read_version(version)
-    if actions is None:
-        return None
-    return max((a.timestamp for a in actions if isinstance(a, CommitInfo)), default=0)
-
-
 def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     """Delete log versions (never version 0) and checkpoints older than the newest checkpoint
     that is itself older than ``version.retention.ms``; time travel keeps working back to it.
@@ -312,14 +305,13 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     if snap.protocol.minReaderVersion < MAINTENANCE_PROTOCOL_VERSION:
         return report
     cfg = MaintenanceConfig.of(snap)
-    cutoff = clock - cfg.version_retention_ms
     log = table.log
+    # Versions before the first one inside the window are older than it (commit timestamps
+    # grow with versions, up to clock skew): keep the newest checkpoint among them.
+    first_inside = first_version_since(log, clock - cfg.version_retention_ms, snap.version)
     listing = log.list_log()
     keep: int | None = None
-    for v in sorted(listing.checkpoints, reverse=True):
-        ts = _version_timestamp(log, v)
-        if ts is None or ts > cutoff:
-            continue
+    for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):
         try:
             cp = log.read_checkpoint(v, max(listing.checkpoints[v]))
         except TxnTableError as e:
