@@ -38,6 +38,7 @@ from typing import Final, Literal
 
 from txntable.errors import InvalidConfigurationError
 from txntable.names import validate_table_name
+from txntable.storage import check_storage_options
 
 READ_COMMITTED: Final = "read_committed"
 READ_UNCOMMITTED: Final = "read_uncommitted"
@@ -162,7 +163,8 @@ def parse_location(options: Mapping[str, str]) -> TableLocation:
     """The table location from ``path`` or ``warehouse`` + ``table``.
 
     Raises:
-        InvalidConfigurationError: If neither form is given, or both disagree.
+        InvalidConfigurationError: If neither form is given, or both disagree, or a
+            ``storage.*`` option is unknown to the warehouse's backend.
     """
     path = _get(options, "path")
     warehouse = _get(options, "warehouse")
@@ -177,7 +179,9 @@ def parse_location(options: Mapping[str, str]) -> TableLocation:
         raise InvalidConfigurationError(
             "txntable needs a path (load('<warehouse>/<table>')) or options warehouse and table"
         )
-    return TableLocation(url, name, storage_options(options))
+    storage = storage_options(options)
+    check_storage_options(url, storage)  # refused here, at planning, not in a task
+    return TableLocation(url, name, storage)
 
 
 def parse_isolation_level(value: str | None) -> IsolationLevel:

@@ -27,6 +27,9 @@ NO_SEQUENCE = -1
 
 MarkerType = Literal["COMMIT", "ABORT"]
 
+#: JSON's insignificant whitespace (RFC 8259); a line holding only these is blank.
+JSON_WHITESPACE = " \t\r\n"
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -328,6 +331,21 @@ def encode_actions(actions: list[Action]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity``.
+
+    Python's decoder accepts them by default; RFC 8259 (and the spec) does not.
+
+    Raises:
+        ValueError: If ``data`` is not valid JSON.
+    """
+    return json.loads(data, parse_constant=_refuse_constant)
+
+
 def _check_type(name: str, key: str, value: Any, annotation: str, path: str | None) -> None:
     ann = annotation.replace(" ", "")
     ok: bool
@@ -407,6 +425,9 @@ def _check_ranges(action: Action, path: str | None) -> None:
     elif isinstance(action, LogStart):
         if action.partition < 0 or action.offset < 0:
             bad = "negative partition/offset"
+    elif isinstance(action, OffsetCommit):
+        if action.offset < 0:
+            bad = "negative offset"
     elif isinstance(action, AbortedTxn):
         if action.firstOffset > action.lastOffset or action.firstOffset < 0:
             bad = "firstOffset negative or after lastOffset"
@@ -445,13 +466,16 @@ def decode_actions(data: bytes, path: str | None = None) -> list[Action]:
     if not text.endswith("\n"):
         raise CorruptLogError("log version is empty or truncated (no final newline)", path)
     actions: list[Action] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    # Lines end with "\n" only: str.splitlines() would also split at U+2028, U+0085 and
+    # other Unicode line breaks, which are legal raw characters inside JSON strings.
+    for lineno, line in enumerate(text.split("\n")[:-1], 1):
+        if not line.strip(JSON_WHITESPACE):
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise CorruptLogError(f"line {lineno} is not valid JSON ({e.msg})", path) from None
+            obj = loads_strict(line)
+        except ValueError as e:
+            reason = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+            raise CorruptLogError(f"line {lineno} is not valid JSON ({reason})", path) from None
         action = action_from_dict(obj, path)
         if isinstance(action, Protocol):
             check_protocol(action)

@@ -18,6 +18,10 @@ MAX_REQUEST_SIZE_DEFAULT = 1024 * 1024
 TRANSACTION_TIMEOUT_MS_DEFAULT = 60_000
 PRODUCER_ID_BLOCK_SIZE_DEFAULT = 1000
 
+# Recovery
+#: How long ``recover()`` retries transient storage errors (of its listing, and per id).
+RECOVERY_TIMEOUT_MS_DEFAULT = 60_000
+
 # Consumer
 MAX_POLL_RECORDS_DEFAULT = 500
 FETCH_BACKOFF_MS_DEFAULT = 20

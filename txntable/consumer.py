@@ -258,23 +258,28 @@ class Consumer:
         ):
             if len(out) >= max_records:
                 break
+            # The upper bound can fall inside a batch (an LSO raised to the log start
+            # offset): never read or move past it.
             if not visible or (isinstance(entry, Segment) and entry.count == 0):
-                pos = max(pos, entry.next_offset)
+                pos = max(pos, min(entry.next_offset, upper))
                 continue
             assert not isinstance(entry, Marker)
             segment = self._segment(entry)
             if isinstance(entry, Segment):
-                # Merged: explicit offsets, with gaps where dropped records were.
+                # Merged: explicit offsets, with gaps where dropped records were (sorted,
+                # so a row index is a count of smaller offsets).
                 offsets = segment.column(OFFSET_COLUMN)
-                start = int(pc.sum(pc.less(offsets, pos)).as_py() or 0)  # sorted: a count
+                start = int(pc.sum(pc.less(offsets, pos)).as_py() or 0)
+                limit = int(pc.sum(pc.less(offsets, upper)).as_py() or 0)
             else:
                 start = max(pos - entry.baseOffset, 0)
-            stop = min(segment.num_rows, start + max_records - len(out))
+                limit = upper - entry.baseOffset
+            stop = min(segment.num_rows, limit, start + max_records - len(out))
             out.extend(
                 table_to_records(segment, tp.topic, tp.partition, entry.baseOffset, start, stop)
             )
             if stop >= segment.num_rows:
-                pos = entry.next_offset
+                pos = max(pos, min(entry.next_offset, upper))
             elif isinstance(entry, Segment):
                 pos = int(offsets[stop - 1].as_py()) + 1 if stop > start else pos
             else:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from txntable import config
+from txntable.actions import loads_strict
 from txntable.append import PendingBatch, PendingMarker
 from txntable.errors import (
     CorruptLogError,
@@ -134,7 +135,7 @@ class TxnMetadata:
             UnsupportedProtocolError: If it was written by a newer protocol version.
         """
         try:
-            obj = json.loads(data)
+            obj = loads_strict(data)
         except (ValueError, UnicodeDecodeError):
             raise CorruptLogError("coordinator object is not valid JSON", path) from None
         if not isinstance(obj, dict):
@@ -289,7 +290,7 @@ class ProducerIdAllocator:
     @staticmethod
     def _parse(data: bytes) -> int:
         try:
-            obj = json.loads(data)
+            obj = loads_strict(data)
             version, start = obj["version"], obj["nextBlockStart"]
         except (ValueError, KeyError, TypeError):
             raise CorruptLogError("invalid producer id block", PRODUCER_IDS_KEY) from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from txntable.actions import (
     check_protocol,
     decode_actions,
     encode_actions,
+    loads_strict,
 )
 from txntable.errors import (
     CommitConflictError,
@@ -45,6 +47,10 @@ from txntable.storage.base import Store
 
 LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
+#: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
+VERSION_NAME = re.compile(r"([0-9]{20})\.json")
+CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+CHECKPOINT_PART_NAME = re.compile(r"([0-9]{20})\.checkpoint\.([0-9]{10})\.([0-9]{10})\.json")
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -169,7 +175,7 @@ class Log:
 
     def _checkpoint_hint(self) -> tuple[int, int] | None:
         try:
-            hint = json.loads(self.store.get(self.last_checkpoint_key).data)
+            hint = loads_strict(self.store.get(self.last_checkpoint_key).data)
             version = hint["version"]
             parts = hint.get("parts", 1)
         except ObjectNotFoundError:
@@ -186,17 +192,13 @@ class Log:
         multipart: dict[tuple[int, int], set[int]] = {}
         for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
             name = key.rsplit("/", 1)[-1]
-            pieces = name.split(".")
-            if not pieces[0].isdigit() or pieces[-1] != "json":
-                continue
-            v = int(pieces[0])
-            if len(pieces) == 2:
-                listing.versions.append(v)
-            elif len(pieces) == 3 and pieces[1] == "checkpoint":
-                listing.checkpoints.setdefault(v, set()).add(1)
-            elif len(pieces) == 5 and pieces[1] == "checkpoint" and pieces[2].isdigit():
-                if pieces[3].isdigit():
-                    multipart.setdefault((v, int(pieces[3])), set()).add(int(pieces[2]))
+            if match := VERSION_NAME.fullmatch(name):
+                listing.versions.append(int(match.group(1)))
+            elif match := CHECKPOINT_NAME.fullmatch(name):
+                listing.checkpoints.setdefault(int(match.group(1)), set()).add(1)
+            elif match := CHECKPOINT_PART_NAME.fullmatch(name):
+                v, i, n = (int(g) for g in match.groups())
+                multipart.setdefault((v, n), set()).add(i)
         for (v, n), found in multipart.items():
             if found == set(range(1, n + 1)):
                 listing.checkpoints.setdefault(v, set()).add(n)

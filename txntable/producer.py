@@ -9,9 +9,11 @@ original offsets back, as with Kafka's idempotent producer.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -46,6 +48,7 @@ from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
 from txntable.recovery import abort_if_expired
+from txntable.retry import retry_transient
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.vacuum import new_segment_name
@@ -176,11 +179,13 @@ class Producer:
         self._maintenance = AutoMaintenance(warehouse.table) if auto_maintenance else None
         self._flush_requested = False
         self._closed = False
+        self._exiting = False
         self._cond = threading.Condition()
         self._sender = threading.Thread(
             target=self._run_sender, name="txntable-sender", daemon=True
         )
         self._sender.start()
+        _track(self)
 
     # --- transactions --------------------------------------------------------------------
 
@@ -358,6 +363,11 @@ class Producer:
 
         The offsets become the group's committed offsets only with the COMMIT marker; after
         an abort, or if this producer is fenced, they never become visible.
+
+        Raises:
+            KafkaTimeoutError: Storage kept failing for ``max_block_ms``; the transaction
+                must be aborted.
+            ProducerFencedError: The producer was fenced.
         """
         txn = self._require_txn()
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
@@ -367,25 +377,41 @@ class Producer:
             else ConsumerGroupMetadata(group_metadata)
         )
         assert self.transactional_id is not None
-        table = self._groups.get(meta.group_id)
-        if table is None:
-            table = self._groups[meta.group_id] = open_group_table(self.store, meta.group_id)
-        assert table is not None
-        try:
-            if 0 not in self._txn_partitions.get(table.name, set()):
+        tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
+
+        def group_table() -> Table:
+            table = self._groups.get(meta.group_id)
+            if table is None:
+                table = open_group_table(self.store, meta.group_id)
+                assert table is not None
+                self._groups[meta.group_id] = table
+            return table
+
+        def register() -> None:
+            name = group_table().name
+            if 0 not in self._txn_partitions.get(name, set()):
                 self._coordinator_cache = None
-                self.coordinator.add_partitions(
-                    self.transactional_id, self.producer_id, self.producer_epoch, {table.name: {0}}
-                )
-                self._txn_partitions.setdefault(table.name, set()).add(0)
-            pid, epoch = self.producer_id, self.producer_epoch
-            table.commit(
+                self.coordinator.add_partitions(tid, pid, epoch, {name: {0}})
+                self._txn_partitions.setdefault(name, set()).add(0)
+
+        def commit() -> None:
+            # A retry after an unresolved ambiguous commit may write the same pending
+            # offsets twice: the later one wins, with the same values.
+            group_table().commit(
                 lambda s: plan_offset_commit(
                     s, meta.group_id, offsets, meta.generation_id, pid, epoch
                 ),
-                self.transactional_id,
+                tid,
             )
+
+        try:
+            # Each step is retried for max_block_ms, as Kafka's sendOffsetsToTransaction
+            # blocks for it; AddPartitionsToTxn and reads are safe to repeat.
+            self._blocking("send_offsets_to_transaction", register)
+            self._blocking("send_offsets_to_transaction", commit)
         except TxnTableError as e:
+            # Also on a timeout: the offsets may or may not be pending, so the transaction
+            # can only be aborted.
             txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise
 
@@ -413,8 +439,13 @@ class Producer:
             txn.fail(e, fatal=True)
             raise
         except TxnTableError as e:
-            self._end_retry = None
-            txn.fail(e, fatal=False)
+            if commit:
+                self._end_retry = None
+                txn.fail(e, fatal=False)
+            else:
+                # An abort stays ABORTING_TRANSACTION (it never falls back to an abortable
+                # error, as in Kafka): calling abort_transaction() again retries it.
+                self._end_retry = lambda: self._end_transaction(commit)
             raise
         self._transaction_ended(new_pid, new_epoch)
 
@@ -423,8 +454,9 @@ class Producer:
     def _table(self, name: str) -> Table:
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = self.warehouse.table(name)
+            table = self.warehouse.table(name)
             table.snapshot()
+            self._tables[name] = table  # only once loaded: a failed load is tried again
         return table
 
     def send(
@@ -441,6 +473,7 @@ class Producer:
         Raises:
             RecordTooLargeError: The record is larger than ``max_request_size``.
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
+            KafkaTimeoutError: The table's first load kept failing for ``max_block_ms``.
             InvalidTxnStateError: A transactional producer is not in a transaction.
             ProducerFencedError: The producer was fenced.
         """
@@ -458,7 +491,9 @@ class Producer:
             raise RecordTooLargeError(
                 f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
             )
-        table = self._table(topic)
+        table = self._tables.get(topic) or self._blocking(
+            f"loading table {topic}", lambda: self._table(topic)
+        )
         n = table.num_partitions
         if partition is None:
             partition = self._partitioner.partition(topic, record.key, n)
@@ -527,7 +562,10 @@ class Producer:
         """
         if self._closed:
             return
-        if self.txn is not None and self.txn.state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR):
+        if self.txn is not None and (
+            self.txn.state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
+            or (self.txn.state is _C.ABORTING_TRANSACTION and self._end_retry is not None)
+        ):
             try:
                 self.abort_transaction()
             except ProducerFencedError as e:
@@ -538,6 +576,38 @@ class Producer:
             self._closed = True
             self._cond.notify_all()
         self._sender.join(timeout)
+        _LIVE.discard(self)
+
+    def _stop_at_exit(self) -> None:
+        """Stop the sender at interpreter exit, before pyarrow finalizes its S3 client.
+
+        A producer nobody closed is treated as if its process had died, not as a graceful
+        close: nothing more is written, buffered records fail with ``IllegalStateError``, an
+        open transaction is left to its timeout, and the batch being written gets no retry
+        after its current attempt.
+        """
+        with self._cond:
+            if self._closed:
+                return
+            unsent = sum(len(b.records) for b in self._buffers.values())
+            self._exiting = self._closed = True
+        self._drop_buffered(
+            IllegalStateError("the producer was not closed before the interpreter exited")
+        )
+        self._sender.join(EXIT_JOIN_TIMEOUT_S)
+        state = self.txn.state if self.txn is not None else None
+        unfinished = state not in (None, _C.UNINITIALIZED, _C.READY, _C.FATAL_ERROR)
+        if unsent or unfinished:
+            _log.warning(
+                "txntable producer %s was not closed before exit: %d buffered records were "
+                "not sent%s",
+                self.transactional_id or hex(id(self)),
+                unsent,
+                f"; its transaction was left {state.value} (recover() or its timeout "
+                "finishes it)"
+                if unfinished and state is not None
+                else "",
+            )
 
     def __enter__(self) -> Producer:
         return self
@@ -706,23 +776,74 @@ class Producer:
     def _put_segment(self, path: str, data: bytes) -> None:
         self._retry(lambda: self.store.put_data_file(path, data))
 
-    def _retry(self, fn: Callable[[], T]) -> T:
+    def _retry(self, fn: Callable[[], T], timeout_ms: int | None = None) -> T:
         """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.
 
         A retried append carries the same producer id, epoch and sequences, so if an earlier
         attempt did land the log recognises the duplicate and returns the original offsets.
+        At interpreter exit the sender stops retrying (see :func:`_stop_at_exit`).
         """
-        deadline = time.monotonic() + self.delivery_timeout_ms / 1000
-        backoff = 0.01
-        while True:
-            try:
-                return fn()
-            except (TransientStorageError, OSError):
-                if time.monotonic() + backoff > deadline:
-                    raise
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+        timeout = self.delivery_timeout_ms if timeout_ms is None else timeout_ms
+        return retry_transient(fn, timeout, give_up=lambda: self._exiting)
+
+    def _blocking(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn``, retrying transient storage errors for up to ``max_block_ms``.
+
+        Raises:
+            KafkaTimeoutError: Storage kept failing for ``max_block_ms`` (Kafka's
+                ``TimeoutException`` of a blocking producer call).
+        """
+        try:
+            return self._retry(fn, self.max_block_ms)
+        except (TransientStorageError, OSError) as e:
+            raise KafkaTimeoutError(
+                f"{what} did not finish within max_block_ms={self.max_block_ms} ({e})"
+            ) from e
 
     def partitions_for(self, topic: str) -> list[int]:
-        """Partition numbers of ``topic``."""
-        return list(range(self._table(topic).num_partitions))
+        """Partition numbers of ``topic``.
+
+        Raises:
+            KafkaTimeoutError: The table could not be loaded within ``max_block_ms``.
+        """
+        table = self._blocking(f"loading table {topic}", lambda: self._table(topic))
+        return list(range(table.num_partitions))
+
+
+#: Producers whose sender thread may still run; stopped at interpreter exit.
+_LIVE: weakref.WeakSet[Producer] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_exit_hook_registered = False
+#: Seconds the exit hook waits for a sender to finish the batch it is writing.
+EXIT_JOIN_TIMEOUT_S = 30.0
+
+
+def _stop_all_at_exit() -> None:
+    with _LIVE_LOCK:
+        producers = list(_LIVE)
+    for producer in producers:
+        producer._stop_at_exit()
+
+
+def _track(producer: Producer) -> None:
+    """Remember a live producer; register the exit hook with the first one.
+
+    ``threading._register_atexit`` hooks run when the main thread finishes, before any
+    ``atexit`` function, so the senders stop while pyarrow's S3 client (finalized by an
+    ``atexit`` function) is still usable. The plain ``atexit`` fallback runs before
+    functions registered earlier, pyarrow's included, since ``pyarrow.fs`` is imported
+    before any producer exists.
+    """
+    global _exit_hook_registered
+    with _LIVE_LOCK:
+        _LIVE.add(producer)
+        if _exit_hook_registered:
+            return
+        _exit_hook_registered = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading._register_atexit")
+        register(_stop_all_at_exit)
+    except RuntimeError:  # missing, or the interpreter is already shutting down
+        atexit.register(_stop_all_at_exit)

@@ -119,7 +119,9 @@ def decode_segment(
         SchemaMismatchError: If its schema or row count does not match the batch.
     """
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        # ParquetFile, not read_table: the dataset reader refuses a file with a column
+        # name twice, which is valid Parquet (and a schema mismatch, reported below).
+        table = pq.ParquetFile(pa.BufferReader(data)).read()
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptLogError(f"segment is not readable Parquet ({e})", path) from None
     return check_segment(table, path, expected_count, merged)
@@ -128,12 +130,21 @@ def decode_segment(
 def check_segment(
     table: pa.Table, path: str, expected_count: int, merged: bool = False
 ) -> pa.Table:
-    """Check a decoded segment's schema and row count against its batch (or segment) action."""
+    """Check a decoded segment's schema and row count against its batch (or segment) action.
+
+    Columns are taken by name and cast to the segment schema (``merged``: the merged-segment
+    schema, with its offset column): their order is free and columns of other names are
+    ignored (the spec's "any Parquet file that casts").
+
+    Raises:
+        SchemaMismatchError: A segment column is missing, present twice or does not cast,
+            or the row count differs from the batch's.
+    """
     schema = MERGED_SEGMENT_SCHEMA if merged else SEGMENT_SCHEMA
     if not table.schema.equals(schema):
         try:
-            table = table.cast(schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+            table = table.select(schema.names).cast(schema)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
             raise SchemaMismatchError(
                 f"segment {path} does not match the record schema: {e}"
             ) from None

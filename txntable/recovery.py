@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 
+from txntable import config
 from txntable.coordinator import TransactionCoordinator, TxnMetadata, TxnState
-from txntable.errors import PreconditionFailedError, TxnTableError
+from txntable.errors import (
+    KafkaTimeoutError,
+    PreconditionFailedError,
+    TransientStorageError,
+    TxnTableError,
+)
 from txntable.log import now_ms
+from txntable.retry import retry_transient
 from txntable.storage.base import Store
 
 _log = logging.getLogger(__name__)
@@ -66,32 +74,53 @@ def _abort_expired(
     return None
 
 
+def _recover_one(coordinator: TransactionCoordinator, tid: str, now: int) -> str | None:
+    """Finish or expire one id's transaction; return its report list's name, if any."""
+    loaded = coordinator.load(tid)
+    if loaded is None:
+        return None
+    meta, etag = loaded
+    if meta.state is TxnState.PREPARE_COMMIT:
+        coordinator.complete(meta, etag)
+        return "committed"
+    if meta.state is TxnState.PREPARE_ABORT:
+        coordinator.complete(meta, etag)
+        return "aborted"
+    if meta.state is TxnState.ONGOING and _abort_expired(coordinator, meta, etag, now) is None:
+        return "timed_out"
+    return None
+
+
 def recover(
-    store: Store, coordinator: TransactionCoordinator | None = None, now: int | None = None
+    store: Store,
+    coordinator: TransactionCoordinator | None = None,
+    now: int | None = None,
+    timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT,
 ) -> RecoveryReport:
     """Roll forward PrepareCommit, finish PrepareAbort, abort Ongoing past its timeout.
 
     A timed-out transaction is aborted through PrepareEpochFence with the epoch bumped, so
     the late original producer is fenced at its next coordinator CAS or table commit.
+    Transient storage errors are retried for up to ``timeout_ms``: of the listing, then of
+    each id (from a fresh load: every step is safe to repeat).
+
+    Raises:
+        KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
     """
     coordinator = coordinator or TransactionCoordinator(store)
     clock = now_ms() if now is None else now
     report = RecoveryReport()
-    for tid in coordinator.transactional_ids():
+    try:
+        tids = retry_transient(lambda: list(coordinator.transactional_ids()), timeout_ms)
+    except (TransientStorageError, OSError) as e:
+        raise KafkaTimeoutError(
+            f"recover: listing the coordinator objects failed for {timeout_ms} ms ({e})"
+        ) from e
+    for tid in tids:
         try:
-            loaded = coordinator.load(tid)
-            if loaded is None:
-                continue
-            meta, etag = loaded
-            if meta.state is TxnState.PREPARE_COMMIT:
-                coordinator.complete(meta, etag)
-                report.committed.append(tid)
-            elif meta.state is TxnState.PREPARE_ABORT:
-                coordinator.complete(meta, etag)
-                report.aborted.append(tid)
-            elif meta.state is TxnState.ONGOING:
-                if _abort_expired(coordinator, meta, etag, clock) is None:
-                    report.timed_out.append(tid)
+            outcome = retry_transient(partial(_recover_one, coordinator, tid, clock), timeout_ms)
+            if outcome is not None:
+                getattr(report, outcome).append(tid)
         except PreconditionFailedError:
             report.lost_race.append(tid)  # another client moved it first; it finishes it
         except TxnTableError as e:

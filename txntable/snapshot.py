@@ -67,8 +67,14 @@ class PartitionState:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the earliest open transaction, else the high watermark."""
-        return min(self.ongoing.values(), default=self.log_end_offset)
+        """First offset of the earliest open transaction, else the high watermark.
+
+        Never below the log start offset: records deleted from under an open transaction
+        no longer hold anything back (Kafka's ``maybeIncrementFirstUnstableOffset``).
+        """
+        if not self.ongoing:
+            return self.log_end_offset
+        return max(min(self.ongoing.values()), self.log_start_offset)
 
     def entries_between(self, start: int, end: int) -> Iterator[Entry]:
         """Entries (batches and markers) that hold any offset in ``[start, end)``."""

@@ -78,9 +78,15 @@ class TransactionManager:
         raise InvalidTxnStateError(f"cannot {operation} in state {state.value}")
 
     def fail(self, error: TxnTableError, fatal: bool) -> None:
-        """Enter ABORTABLE_ERROR or FATAL_ERROR because of ``error``."""
+        """Enter ABORTABLE_ERROR or FATAL_ERROR because of ``error``.
+
+        A non-fatal error while the transaction is being aborted changes nothing (Kafka's
+        ``transitionToAbortableError``): the abort is already what the error calls for.
+        """
         with self._lock:
             if self.state is ClientTxnState.FATAL_ERROR:
+                return
+            if not fatal and self.state is ClientTxnState.ABORTING_TRANSACTION:
                 return
             self.state = ClientTxnState.FATAL_ERROR if fatal else ClientTxnState.ABORTABLE_ERROR
             self.last_error = error

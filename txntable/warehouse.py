@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
+from txntable import config
 from txntable.actions import (
     READER_VERSION,
     WRITER_VERSION,
@@ -33,7 +34,9 @@ class Warehouse:
     Args:
         url: ``file:///path`` or a plain path (local disk, the default), ``memory://name``,
             ``s3://bucket/prefix``.
-        storage_options: Backend options (endpoint, region, credentials, …).
+        storage_options: Backend options (endpoint, region, credentials, …); an option the
+            backend does not know is refused (see
+            :func:`~txntable.storage.storage_option_names`).
         store: A store to use instead of opening ``url`` (e.g. a counting or fault-injecting
             wrapper).
     """
@@ -44,6 +47,11 @@ class Warehouse:
         storage_options: Mapping[str, str] | None = None,
         store: Store | None = None,
     ) -> None:
+        if store is not None and storage_options:
+            raise InvalidConfigurationError(
+                "storage_options configure the store opened from a url; a given store is "
+                "used as it is"
+            )
         if store is None:
             if url is None:
                 raise InvalidConfigurationError("Warehouse needs a url or a store")
@@ -107,9 +115,15 @@ class Warehouse:
             if not name.startswith("_") and self.store.exists(f"{name}/_log/{0:020d}.json")
         ]
 
-    def recover(self, now: int | None = None) -> RecoveryReport:
-        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`)."""
-        return recover(self.store, now=now)
+    def recover(
+        self, now: int | None = None, timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT
+    ) -> RecoveryReport:
+        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`).
+
+        Raises:
+            KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
+        """
+        return recover(self.store, now=now, timeout_ms=timeout_ms)
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"

@@ -7,10 +7,16 @@ from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
 from txntable.errors import InvalidPathError
-from txntable.storage.base import ObjectInfo, Store, StoredObject, StoreWrapper
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    StoreWrapper,
+    refuse_unknown_options,
+)
 from txntable.storage.local import LocalStore
 from txntable.storage.memory import MemoryStore
-from txntable.storage.s3 import S3Store
+from txntable.storage.s3 import S3_OPTIONS, S3Store
 from txntable.storage.wrappers import CountingStore, FaultInjectingStore
 
 __all__ = [
@@ -23,8 +29,71 @@ __all__ = [
     "Store",
     "StoreWrapper",
     "StoredObject",
+    "check_storage_options",
     "open_store",
+    "storage_option_names",
 ]
+
+
+def _backend(url: str) -> str:
+    """Which backend serves ``url``: ``local``, ``memory``, ``s3``, or an fsspec scheme.
+
+    Raises:
+        InvalidPathError: If the URL is empty or malformed.
+    """
+    if not isinstance(url, str) or not url.strip() or "\x00" in url:
+        raise InvalidPathError(f"invalid store URL {url!r}")
+    if "://" not in url:
+        if ":" in url.split("/", 1)[0] and not os.path.exists(url):
+            # "scheme:rest" without "//" is almost certainly a typo, not a directory name.
+            raise InvalidPathError(f"invalid store URL {url!r}")
+        return "local"
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "file":
+        return "local"
+    if scheme == "memory":
+        return "memory"
+    if scheme in ("s3", "s3a"):
+        return "s3"
+    if not scheme.replace("+", "").replace("-", "").isalnum() or not scheme[0].isalpha():
+        raise InvalidPathError(f"invalid store URL {url!r}")
+    return scheme
+
+
+def storage_option_names(url: str) -> frozenset[str] | None:
+    """The storage options the backend of ``url`` accepts; ``None`` if it cannot tell.
+
+    Local disk and memory stores take none; S3 takes the ``s3.*`` options of
+    :mod:`txntable.storage.s3`; another fsspec backend takes its filesystem's keyword
+    arguments (``None`` for a chained URL or a backend fsspec cannot load).
+
+    Raises:
+        InvalidPathError: If the URL is empty or malformed.
+    """
+    backend = _backend(url)
+    if backend in ("local", "memory"):
+        return frozenset()
+    if backend == "s3":
+        return S3_OPTIONS
+    from txntable.storage.fsspec_store import fsspec_option_names
+
+    return fsspec_option_names(url)
+
+
+def check_storage_options(url: str, storage_options: Mapping[str, object] | None) -> None:
+    """Refuse storage options the backend of ``url`` does not know (never ignore them).
+
+    Raises:
+        InvalidConfigurationError: Naming the unknown keys and the accepted ones.
+        InvalidPathError: If the URL is empty or malformed.
+    """
+    accepted = storage_option_names(url)
+    if accepted is not None and storage_options:
+        backend = _backend(url)
+        where = {"local": "local disk", "memory": "the memory store", "s3": "S3"}
+        refuse_unknown_options(
+            where.get(backend, f"fsspec {backend}://"), storage_options, accepted
+        )
 
 
 def open_store(url: str, storage_options: Mapping[str, str] | None = None) -> Store:
@@ -37,37 +106,31 @@ def open_store(url: str, storage_options: Mapping[str, str] | None = None) -> St
 
     Args:
         url: The warehouse URL.
-        storage_options: Backend options (see :mod:`txntable.storage.s3`); ignored by the
-            local and memory stores.
+        storage_options: Backend options (see :func:`storage_option_names`).
 
     Returns:
         The store.
 
     Raises:
         InvalidPathError: If the URL is empty, malformed, or its scheme is unknown.
+        InvalidConfigurationError: If an option is unknown to the backend or malformed.
     """
-    if not isinstance(url, str) or not url.strip() or "\x00" in url:
-        raise InvalidPathError(f"invalid store URL {url!r}")
-    if "://" not in url:
-        if ":" in url.split("/", 1)[0] and not os.path.exists(url):
-            # "scheme:rest" without "//" is almost certainly a typo, not a directory name.
-            raise InvalidPathError(f"invalid store URL {url!r}")
-        return LocalStore(url)
-    scheme = url.split("://", 1)[0].lower()
-    if scheme == "file":
+    backend = _backend(url)
+    check_storage_options(url, storage_options)
+    if backend == "local":
+        if "://" not in url:
+            return LocalStore(url)
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise InvalidPathError(f"file URL must be file:///absolute/path: {url!r}")
         if parts.query or parts.fragment:
             raise InvalidPathError(f"file URL must not have a query or fragment: {url!r}")
         return LocalStore(unquote(parts.path))
-    if scheme == "memory":
+    if backend == "memory":
         name = url.split("://", 1)[1].strip("/")
         return MemoryStore(name or "default")
-    if scheme in ("s3", "s3a"):
+    if backend == "s3":
         return S3Store(url, storage_options)
-    if not scheme.replace("+", "").replace("-", "").isalnum() or not scheme[0].isalpha():
-        raise InvalidPathError(f"invalid store URL {url!r}")
     from txntable.storage.fsspec_store import FsspecStore
 
     return FsspecStore(url, storage_options)

@@ -14,10 +14,10 @@ callers resolve it by reading back, never by blindly writing again.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
-from txntable.errors import InvalidPathError, ObjectNotFoundError
+from txntable.errors import InvalidConfigurationError, InvalidPathError, ObjectNotFoundError
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,23 @@ class StoredObject:
 
     data: bytes
     etag: str
+
+
+def refuse_unknown_options(
+    backend: str, names: Iterable[object], accepted: Collection[str]
+) -> None:
+    """Raise if any option name is not one the backend accepts (options are never ignored).
+
+    Raises:
+        InvalidConfigurationError: Naming the unknown keys and the accepted ones.
+    """
+    unknown = sorted(str(n) for n in names if n not in accepted)
+    if unknown:
+        raise InvalidConfigurationError(
+            f"unknown storage option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))} for {backend}; accepted: "
+            f"{', '.join(sorted(accepted)) or 'none'}"
+        )
 
 
 def validate_key(key: str) -> str:

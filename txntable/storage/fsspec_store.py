@@ -16,6 +16,7 @@ Etags are the MD5 of the content, so ``head`` reads the whole object.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -26,11 +27,52 @@ from txntable.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from txntable.storage.base import Store, StoredObject, validate_key
+from txntable.storage.base import Store, StoredObject, refuse_unknown_options, validate_key
+
+#: Options every fsspec filesystem takes (``AbstractFileSystem``, its instance cache and
+#: listings cache, async implementations).
+FSSPEC_COMMON_OPTIONS = frozenset(
+    {
+        "asynchronous",
+        "listings_expiry_time",
+        "loop",
+        "max_paths",
+        "skip_instance_cache",
+        "use_listings_cache",
+    }
+)
 
 
 def _etag(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
+
+
+def fsspec_option_names(url: str) -> frozenset[str] | None:
+    """The keyword arguments the fsspec filesystem of ``url`` names in its constructors.
+
+    Returns:
+        Those names plus :data:`FSSPEC_COMMON_OPTIONS`; ``None`` for a chained URL
+        (``a::b://``, whose options are nested per protocol) or a protocol fsspec cannot
+        load (opening the store reports that).
+    """
+    from fsspec import get_filesystem_class
+
+    if "::" in url:
+        return None
+    try:
+        cls = get_filesystem_class(url.split("://", 1)[0])
+    except (ValueError, ImportError):
+        return None
+    names = set(FSSPEC_COMMON_OPTIONS)
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        for param in inspect.signature(init).parameters.values():
+            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                names.add(param.name)
+    names.discard("self")
+    return frozenset(names)
 
 
 class FsspecStore(Store):
@@ -38,16 +80,21 @@ class FsspecStore(Store):
 
     Args:
         url: Any URL fsspec understands, e.g. ``gs://bucket/prefix``.
-        storage_options: Passed to the fsspec filesystem constructor.
+        storage_options: Passed to the fsspec filesystem constructor; only the keyword
+            arguments it names (see :func:`fsspec_option_names`).
 
     Raises:
         InvalidPathError: If fsspec does not know the protocol.
+        InvalidConfigurationError: If an option is not one the filesystem names.
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         from fsspec.core import url_to_fs
 
         self._options = dict(storage_options or {})
+        accepted = fsspec_option_names(url)
+        if accepted is not None:
+            refuse_unknown_options(f"fsspec {url.split('://', 1)[0]}://", self._options, accepted)
         try:
             fs, root = url_to_fs(url, **self._options)
         except (ValueError, ImportError) as exc:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 import boto3
+import pyarrow as pa
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -48,7 +49,13 @@ from txntable.errors import (
     StorageError,
     TransientStorageError,
 )
-from txntable.storage.base import ObjectInfo, Store, StoredObject, validate_key
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    refuse_unknown_options,
+    validate_key,
+)
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -87,7 +94,8 @@ S3_RETRY_MAX_DELAY_MS_DEFAULT = "5000"
 S3_MAX_POOL_CONNECTIONS = "s3.max-pool-connections"
 S3_MAX_POOL_CONNECTIONS_DEFAULT = "32"
 
-_KNOWN_OPTIONS = frozenset(
+#: Every option an S3 store accepts; any other key is refused.
+S3_OPTIONS = frozenset(
     {
         S3_ENDPOINT,
         S3_REGION,
@@ -202,12 +210,12 @@ class S3Store(Store):
 
     Args:
         url: ``s3://bucket/prefix`` (``s3a://`` is accepted and normalised to ``s3://``).
-        storage_options: ``S3_*`` options of this module; other keys are ignored.
+        storage_options: ``S3_*`` options of this module (:data:`S3_OPTIONS`).
 
     Raises:
         InvalidPathError: If the URL is malformed, or the endpoint is plain HTTP without
             ``s3.allow-http``.
-        ValueError: If an option has a malformed value.
+        InvalidConfigurationError: If an option is unknown or has a malformed value.
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, str] | None = None) -> None:
@@ -216,9 +224,8 @@ class S3Store(Store):
         self._base = f"{self.prefix}/" if self.prefix else ""
         self._options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         opts = self._options
-        for name in opts:
-            if name.startswith("s3.") and name not in _KNOWN_OPTIONS:
-                log.warning("ignoring unknown storage option %s", name)
+        # A typo must not fall back to a default (AWS itself, the default credential chain).
+        refuse_unknown_options("S3", opts, S3_OPTIONS)
 
         allow_http = opts.get(S3_ALLOW_HTTP, S3_ALLOW_HTTP_DEFAULT)
         self._allow_http = _parse_bool(S3_ALLOW_HTTP, allow_http)
@@ -396,30 +403,38 @@ class S3Store(Store):
             return StoredObject(data, _strip_etag(response["ETag"]))
 
     def put_data_file(self, key: str, data: bytes) -> None:
-        """Write a segment through ``pyarrow.fs.S3FileSystem`` (what Spark executors use)."""
+        """Write a segment through ``pyarrow.fs.S3FileSystem`` (what Spark executors use).
+
+        Raises:
+            TransientStorageError: The write failed and may be retried.
+            StorageError: pyarrow refused it otherwise (e.g. its S3 client was finalized
+                at interpreter exit).
+        """
         path = self._arrow_path(key)
-        fs = self._arrow_fs()
         try:
-            with fs.open_output_stream(path) as out:
+            with self._arrow_fs().open_output_stream(path) as out:
                 out.write(data)
         except OSError as exc:
             # Plain puts are idempotent: a caller retrying a transient error is safe.
             raise TransientStorageError(
                 f"PUT s3://{path}: {self._redact(str(exc))}"
             ) from None
+        except pa.ArrowException as exc:
+            raise StorageError(f"PUT s3://{path}: {self._redact(str(exc))}") from None
 
     def get_data_file(self, key: str) -> bytes:
         """Read a segment through ``pyarrow.fs.S3FileSystem``."""
         path = self._arrow_path(key)
-        fs = self._arrow_fs()
         try:
-            with fs.open_input_stream(path) as f:
+            with self._arrow_fs().open_input_stream(path) as f:
                 data: bytes = f.read()
             return data
         except FileNotFoundError:
             raise ObjectNotFoundError(key) from None
         except OSError as exc:
             raise TransientStorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
+        except pa.ArrowException as exc:
+            raise StorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
 
     def _arrow_path(self, key: str) -> str:
         return f"{self.bucket}/{self._full_key(key)}"
