@@ -75,6 +75,9 @@ class Warehouse:
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions <= 0:
             raise InvalidConfigurationError("partitions must be a positive integer")
         checkpoint_interval(configuration or {})  # reject a bad value before it is written
+        from txntable.maintenance import MaintenanceConfig
+
+        MaintenanceConfig.parse(configuration or {})
         log = Log(self.store, name)
         actions: list[Action] = [
             Protocol(READER_VERSION, WRITER_VERSION),

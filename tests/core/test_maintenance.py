@@ -353,3 +353,26 @@ def test_a_producer_runs_maintenance_in_the_background(wh: Warehouse) -> None:
     off = Producer(wh, linger_ms=600_000, batch_size=1 << 30, auto_maintenance=False)
     assert off._maintenance is None
     off.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("cleanup.policy", "forever"),
+        ("retention.ms", "soon"),
+        ("retention.bytes", "-2"),
+        ("segment.bytes", "0"),
+        ("min.cleanable.dirty.ratio", "1.5"),
+        ("version.retention.ms", "1000"),
+        ("producer.id.expiration.ms", "0"),
+    ],
+)
+def test_create_table_refuses_bad_maintenance_settings(
+    wh: Warehouse, key: str, value: str
+) -> None:
+    from txntable.errors import InvalidConfigurationError, TableNotFoundError
+
+    with pytest.raises(InvalidConfigurationError, match=key.replace(".", r"\.")):
+        wh.create_table("t", configuration={key: value})
+    with pytest.raises(TableNotFoundError):
+        wh.table("t")
