@@ -376,3 +376,26 @@ def test_create_table_refuses_bad_maintenance_settings(
         wh.create_table("t", configuration={key: value})
     with pytest.raises(TableNotFoundError):
         wh.table("t")
+
+
+def test_plan_groups_sizes_runs_and_skips_what_needs_no_rewrite() -> None:
+    from core.helpers import batch, snapshot_of
+
+    from txntable.actions import AbortedTxn, Marker
+
+    snap = snapshot_of(
+        [batch(0, 0, count=2)],  # 100 bytes each
+        [batch(0, 2, count=2)],
+        [batch(0, 4, count=2)],
+        [batch(0, 6, pid=3, epoch=0, seq=0, txn=True)],
+        [Marker(0, 7, 3, 0, "ABORT"), AbortedTxn(0, 3, 6, 7, 8)],
+        [batch(0, 8, pid=4, epoch=0, seq=0, txn=True)],  # open: the LSO is 8
+        partitions=1,
+    )
+    part = snap.partition(0)
+    assert part.last_stable_offset == 8
+    runs = plan_groups(part, 200)
+    assert [(r.base_offset, r.end_offset) for r in runs] == [(0, 4), (4, 8)]
+    assert runs[1].visible == (True, False, False)  # the aborted batch and its marker go
+    assert [(r.base_offset, r.end_offset) for r in plan_groups(part, 1)] == [(6, 8)]
+    assert [(r.base_offset, r.end_offset) for r in plan_groups(part, 10_000)] == [(0, 8)]
