@@ -20,6 +20,10 @@ READER_VERSION = 2
 WRITER_VERSION = 2
 #: Protocol of a table that holds merged segments, producer expiry or a truncated log (v2).
 MAINTENANCE_PROTOCOL_VERSION = 2
+#: Protocol new tables and group logs are created with: what they need until maintenance
+#: upgrades them (Delta's rule), so older clients keep reading tables that never use v2.
+CREATE_READER_VERSION = 1
+CREATE_WRITER_VERSION = 1
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -28,6 +28,7 @@ from txntable.actions import loads_strict
 from txntable.append import PendingBatch, PendingMarker
 from txntable.errors import (
     CorruptLogError,
+    InvalidPathError,
     InvalidTxnStateError,
     ObjectNotFoundError,
     PreconditionFailedError,
@@ -193,6 +194,15 @@ class TxnMetadata:
         return replace(self, state=to, last_update_timestamp=now_ms(), **changes)
 
 
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id's coordinator object, or why it could not be read."""
+
+    transactional_id: str
+    metadata: TxnMetadata | None
+    error: str | None = None
+
+
 _PENDING_FIELDS = {
     "partition": ("partition", int),
     "path": ("path", str),
@@ -330,6 +340,22 @@ class TransactionCoordinator:
         for key in self.store.list(prefix):
             if key.endswith(".json"):
                 yield key[len(prefix) : -len(".json")]
+
+    def describe_all(self) -> list[TransactionListing]:
+        """Every coordinator object (Kafka's ListTransactions + DescribeTransactions).
+
+        A damaged or too new object is listed with its error; the others are still read.
+        """
+        out = []
+        for tid in self.transactional_ids():
+            try:
+                loaded = self.load(tid)
+            except (CorruptLogError, UnsupportedProtocolError, InvalidPathError) as e:
+                out.append(TransactionListing(tid, None, f"{type(e).__name__}: {e}"))
+                continue
+            if loaded is not None:
+                out.append(TransactionListing(tid, loaded[0]))
+        return out
 
     def load(self, transactional_id: str) -> tuple[TxnMetadata, str] | None:
         """The current object and its etag, or ``None`` if there is none."""

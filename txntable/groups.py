@@ -14,8 +14,8 @@ import uuid
 from dataclasses import dataclass
 
 from txntable.actions import (
-    READER_VERSION,
-    WRITER_VERSION,
+    CREATE_READER_VERSION,
+    CREATE_WRITER_VERSION,
     Action,
     CommitInfo,
     Metadata,
@@ -77,7 +77,7 @@ def open_group_table(store: Store, group_id: str, create: bool = True) -> Table 
         if not create:
             return None
         actions: list[Action] = [
-            Protocol(READER_VERSION, WRITER_VERSION),
+            Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
             Metadata(str(uuid.uuid4()), root, 1, createdTime=now_ms()),
             CommitInfo(now_ms(), "CREATE GROUP", uuid.uuid4().hex),
         ]
@@ -154,3 +154,91 @@ def committed_offset(
             )
     commit = snap.offsets.get(key)
     return None if commit is None else OffsetAndMetadata(commit.offset, commit.metadata)
+
+
+# --- describing groups (the CLI's ``groups``; Kafka's ListConsumerGroupOffsets) -------------
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A group's position on one table partition, with the partition's offsets and lag."""
+
+    table: str
+    partition: int
+    #: Committed offset (None if the only commit is a pending transactional one).
+    offset: int | None
+    metadata: str
+    generation: int
+    commit_timestamp: int
+    #: Producer whose transactional offset commit is pending (KIP-447: unstable), if any.
+    pending_producer_id: int | None
+    #: The partition's offsets now; None if the table or partition does not exist.
+    log_start_offset: int | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+
+    @property
+    def lag(self) -> int | None:
+        """Records between the committed offset and the high watermark (Kafka's lag)."""
+        if self.offset is None or self.high_watermark is None:
+            return None
+        return max(self.high_watermark - self.offset, 0)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """What :func:`describe_group` returns: the group log's version and every position."""
+
+    group_id: str
+    version: int
+    offsets: tuple[GroupOffset, ...]
+
+
+def list_groups(store: Store) -> list[str]:
+    """Ids of the groups that have an offset log (one delimited listing plus a HEAD each)."""
+    return [
+        g
+        for g in store.list_children(f"{GROUPS_DIR}/")
+        if store.exists(Log(store, f"{GROUPS_DIR}/{g}").version_key(0))
+    ]
+
+
+def describe_group(store: Store, group_id: str) -> GroupDescription | None:
+    """Committed and pending offsets of a group, with lag; ``None`` if it has no log.
+
+    Reads the group log and the snapshot of every table it has offsets for; never creates
+    anything.
+    """
+    group = open_group_table(store, group_id, create=False)
+    if group is None:
+        return None
+    snap = group.snapshot()
+    pending: dict[tuple[str, str, int], int] = {}
+    for pid, commits in snap.pending_offsets.items():
+        for key in commits:
+            pending[key] = pid
+    tables: dict[str, TableSnapshot | None] = {}
+    out = []
+    for key in sorted(set(snap.offsets) | set(pending)):
+        _, table, partition = key
+        if table not in tables:
+            handle = Table(store, table)
+            tables[table] = handle.snapshot() if handle.log.exists() else None
+        tsnap = tables[table]
+        part = tsnap.partitions[partition] if tsnap and partition < tsnap.num_partitions else None
+        commit = snap.offsets.get(key)
+        out.append(
+            GroupOffset(
+                table=table,
+                partition=partition,
+                offset=commit.offset if commit else None,
+                metadata=commit.metadata if commit else "",
+                generation=commit.generation if commit else -1,
+                commit_timestamp=commit.commitTimestamp if commit else 0,
+                pending_producer_id=pending.get(key),
+                log_start_offset=part.log_start_offset if part else None,
+                high_watermark=part.high_watermark if part else None,
+                last_stable_offset=part.last_stable_offset if part else None,
+            )
+        )
+    return GroupDescription(group_id, snap.version, tuple(out))

@@ -186,7 +186,7 @@ class Log:
             return None
         return (version, parts) if parts >= 1 else None
 
-    def list_log(self) -> LogListing:
+    def listing(self) -> LogListing:
         """One listing of ``_log/``: the versions and the complete checkpoints in it."""
         listing = LogListing()
         multipart: dict[tuple[int, int], set[int]] = {}
@@ -238,7 +238,7 @@ class Log:
         if hint is not None and (version is None or hint[0] <= version):
             yield hint
         # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
-        listing = self.list_log()
+        listing = self.listing()
         listed.append(listing)
         for v in sorted(listing.checkpoints, reverse=True):
             if version is not None and v > version:
@@ -284,7 +284,7 @@ class Log:
 
     def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
         """Replay from version 0 needs version 1 onwards: refuse a truncated log."""
-        listing = listed[0] if listed else self.list_log()
+        listing = listed[0] if listed else self.listing()
         later = [v for v in listing.versions if v > 0]
         if later and later[0] > 1:
             earliest = min(listing.checkpoints, default=later[0])
@@ -386,13 +386,14 @@ class Log:
         if checkpoint_due(snap.version, self.checkpoint_interval, entries):
             self.write_checkpoint(snap)
 
-    def write_checkpoint(self, snap: TableSnapshot) -> bool:
+    def write_checkpoint(self, snap: TableSnapshot, strict: bool = False) -> bool:
         """Write the checkpoint of ``snap`` and point the hint at it; return whether it landed.
 
         A large state is split into parts of at most ``checkpoint_part_actions`` actions. A
         checkpoint is an optimisation: the log versions stay the source of truth, so a
         failure here (after the commit it follows has landed) is logged, not raised, and
-        costs only a longer replay later.
+        costs only a longer replay later — unless ``strict`` (an explicit request to
+        checkpoint, which must say when it failed).
         """
         actions = checkpoint_actions(snap)
         size = max(1, self.checkpoint_part_actions)
@@ -410,6 +411,8 @@ class Log:
             hint = {"version": snap.version, "parts": parts, "size": len(actions)}
             self.store.put(self.last_checkpoint_key, json.dumps(hint).encode())
         except (StorageError, OSError) as e:
+            if strict:
+                raise
             _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)
             return False
         return True

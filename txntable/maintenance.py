@@ -154,11 +154,11 @@ class MaintenanceConfig:
 
 @dataclass
 class CheckpointReport:
-    """The checkpoint ``Table.checkpoint`` wrote."""
+    """The checkpoint ``Table.checkpoint`` wrote: its version and the entries it holds."""
 
     version: int
     written: bool
-    actions: int
+    entries: int
 
 
 @dataclass
@@ -284,12 +284,15 @@ def expire_producers(table: Table, now: int | None = None) -> ExpiryReport:
 
 
 def checkpoint(table: Table) -> CheckpointReport:
-    """Write a checkpoint of the latest version now."""
-    snap = table.snapshot()
-    from txntable.snapshot import checkpoint_actions
+    """Write a checkpoint of the latest version now.
 
-    written = table.log.write_checkpoint(snap)
-    return CheckpointReport(snap.version, written, len(checkpoint_actions(snap)))
+    Raises:
+        StorageError: If the checkpoint or its hint could not be written.
+    """
+    snap = table.snapshot()
+    written = table.log.write_checkpoint(snap, strict=True)
+    listing_size = sum(len(p.entries) for p in snap.partitions)
+    return CheckpointReport(snap.version, written, listing_size)
 
 
 def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
@@ -309,7 +312,7 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     # Versions before the first one inside the window are older than it (commit timestamps
     # grow with versions, up to clock skew): keep the newest checkpoint among them.
     first_inside = first_version_since(log, clock - cfg.version_retention_ms, snap.version)
-    listing = log.list_log()
+    listing = log.listing()
     keep: int | None = None
     for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):
         try:

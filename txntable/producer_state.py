@@ -69,13 +69,12 @@ class ProducerEntry:
         if batch.transactional and self.current_txn_first_offset is None:
             self.current_txn_first_offset = batch.baseOffset
 
-    def record_marker(self, epoch: int, coordinator_epoch: int, timestamp: int = 0) -> None:
+    def record_marker(self, epoch: int, coordinator_epoch: int) -> None:
         """Close the ongoing transaction (the replay side of a marker)."""
         if epoch > self.epoch:
             self.epoch = epoch
             self.batches.clear()
         self.coordinator_epoch = max(self.coordinator_epoch, coordinator_epoch)
-        self.last_timestamp = max(self.last_timestamp, timestamp)
         self.current_txn_first_offset = None
 
 

@@ -219,8 +219,12 @@ def _replace_range(part: PartitionState, seg: Segment, path: str | None) -> None
 
 
 def _drop_below_log_start(part: PartitionState) -> None:
-    """Forget entries and index entries wholly below the log start offset (v2 replay)."""
-    start = part.log_start_offset
+    """Forget entries and index entries wholly below the log start offset (v2 replay).
+
+    Never at or above the LSO: delete-records may pass an open transaction's first offset,
+    and its first batch is what names the transaction (to abort it once timed out).
+    """
+    start = min(part.log_start_offset, part.last_stable_offset)
     i = bisect.bisect_right(part.entry_offsets, start) - 1
     if i >= 0 and part.entries[i].next_offset <= start:
         i += 1
@@ -271,7 +275,7 @@ def apply_action(
         _append(part, action, path)
         part.ongoing.pop(action.producerId, None)
         _producer(part, action.producerId).record_marker(
-            action.producerEpoch, action.coordinatorEpoch, action.timestamp
+            action.producerEpoch, action.coordinatorEpoch
         )
         _raise_epoch(snap, action.producerId, action.producerEpoch)
         pending = snap.pending_offsets.pop(action.producerId, None)

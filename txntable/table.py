@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from txntable import config
-from txntable.actions import Action, AppTxn, LogStart
+from txntable.actions import Action, AppTxn, Batch, LogStart
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from txntable.log import CommitPlan, Log, now_ms
-from txntable.snapshot import TableSnapshot
+from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from txntable.merge import RewriteReport
     from txntable.retention import ExpiryReport, RetentionReport
     from txntable.vacuum import VacuumReport
+    from txntable.verify import VerifyReport
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,6 +37,22 @@ class OpenTransaction:
 
     producer_id: int
     first_offset: int
+    #: Transactional id carried by the transaction's first batch (None if it has none).
+    transactional_id: str | None = None
+    #: Smallest record timestamp of the transaction's first batch on the partition: the
+    #: log's own evidence of when it started (the coordinator object has the exact time).
+    start_timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class ProducerDescription:
+    """A producer's state on one partition (Kafka's DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    current_txn_first_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,10 @@ class PartitionDescription:
     high_watermark: int
     last_stable_offset: int
     open_transactions: tuple[OpenTransaction, ...]
+    producers: tuple[ProducerDescription, ...] = ()
+    #: Segments referenced by the partition's batches, and their bytes.
+    segments: int = 0
+    segment_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -249,7 +270,11 @@ class Table:
         return expire_producers(self, now)
 
     def checkpoint(self) -> CheckpointReport:
-        """Write a checkpoint of the latest version."""
+        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``).
+
+        Raises:
+            StorageError: If the checkpoint or its hint could not be written.
+        """
         from txntable.maintenance import checkpoint
 
         return checkpoint(self)
@@ -269,27 +294,65 @@ class Table:
 
         return maintain(self, now, vacuum, dry_run)
 
+    def verify(
+        self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None
+    ) -> VerifyReport:
+        """Replay the whole log and check every invariant of the spec (see :mod:`txntable.verify`).
+
+        Args:
+            segments: Also read every referenced segment and check it against its batch.
+            progress: Called with ``(phase, done, total)``, phase ``"log"`` then
+                ``"segments"``.
+        """
+        from txntable.verify import verify_log
+
+        return verify_log(self.log, self.name, segments=segments, progress=progress)
+
     def describe(self) -> TableDescription:
-        """Per partition: log start offset, high watermark, LSO and open transactions."""
+        """Per partition: offsets, open transactions, producers and segments.
+
+        Costs O(entries) of the partition (it counts segments): an inspection call, not for
+        a hot path.
+        """
         snap = self.snapshot()
         assert snap.metadata is not None
         return TableDescription(
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
-            partitions=tuple(
-                PartitionDescription(
-                    partition=p.partition,
-                    log_start_offset=p.log_start_offset,
-                    high_watermark=p.high_watermark,
-                    last_stable_offset=p.last_stable_offset,
-                    open_transactions=tuple(
-                        OpenTransaction(pid, first) for pid, first in sorted(p.ongoing.items())
-                    ),
-                )
-                for p in snap.partitions
-            ),
+            partitions=tuple(_describe_partition(p) for p in snap.partitions),
         )
 
     def __repr__(self) -> str:
         return f"Table({self.name!r})"
+
+
+def _describe_partition(p: PartitionState) -> PartitionDescription:
+    opened = []
+    for pid, first in sorted(p.ongoing.items()):
+        entry = p.entry_at(first)
+        batch = entry if isinstance(entry, Batch) else None
+        opened.append(
+            OpenTransaction(
+                pid,
+                first,
+                batch.transactionalId if batch else None,
+                batch.minTimestamp if batch else 0,
+            )
+        )
+    batches = [e for e in p.entries if isinstance(e, Batch)]
+    return PartitionDescription(
+        partition=p.partition,
+        log_start_offset=p.log_start_offset,
+        high_watermark=p.high_watermark,
+        last_stable_offset=p.last_stable_offset,
+        open_transactions=tuple(opened),
+        producers=tuple(
+            ProducerDescription(
+                pid, e.epoch, e.last_seq, e.last_timestamp, e.current_txn_first_offset
+            )
+            for pid, e in sorted(p.producers.items())
+        ),
+        segments=len(batches),
+        segment_bytes=sum(b.size for b in batches),
+    )

@@ -115,7 +115,7 @@ def earliest_version(log: Log) -> int:
     """The oldest version still readable: 0, or the oldest checkpoint of a truncated log."""
     if log.read_version(1) is not None or log.read_version(0) is None:
         return 0
-    listing = log.list_log()
+    listing = log.listing()
     later = [v for v in listing.versions if v > 0]
     if not later:
         return 0

@@ -3,29 +3,35 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from txntable import config
 from txntable.actions import (
-    READER_VERSION,
-    WRITER_VERSION,
+    CREATE_READER_VERSION,
+    CREATE_WRITER_VERSION,
     Action,
     CommitInfo,
     Metadata,
     Protocol,
     encode_actions,
 )
+from txntable.coordinator import TransactionCoordinator, TransactionListing
 from txntable.errors import (
     InvalidConfigurationError,
     ObjectExistsError,
     TableExistsError,
     TableNotFoundError,
 )
+from txntable.groups import GroupDescription, describe_group, group_root, list_groups
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
 from txntable.recovery import RecoveryReport, recover
 from txntable.storage.base import Store
 from txntable.table import Table, checkpoint_interval
+
+if TYPE_CHECKING:
+    from txntable.verify import VerifyReport
 
 
 class Warehouse:
@@ -80,7 +86,7 @@ class Warehouse:
         MaintenanceConfig.parse(configuration or {})
         log = Log(self.store, name)
         actions: list[Action] = [
-            Protocol(READER_VERSION, WRITER_VERSION),
+            Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
             Metadata(
                 tableId=str(uuid.uuid4()),
                 name=name,
@@ -127,6 +133,31 @@ class Warehouse:
             KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
         """
         return recover(self.store, now=now, timeout_ms=timeout_ms)
+
+    def describe_transactions(self) -> list[TransactionListing]:
+        """The coordinator state of every transactional id (one LIST, one GET per id)."""
+        return TransactionCoordinator(self.store).describe_all()
+
+    def list_groups(self) -> list[str]:
+        """Ids of the consumer groups that have committed offsets."""
+        return list_groups(self.store)
+
+    def describe_group(self, group_id: str) -> GroupDescription | None:
+        """A group's committed and pending offsets with lag; ``None`` if it has none."""
+        return describe_group(self.store, group_id)
+
+    def verify_group(
+        self, group_id: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> VerifyReport:
+        """Check a consumer group's offset log like a table's (see :meth:`Table.verify`).
+
+        Raises:
+            ObjectNotFoundError: If the group has no offset log.
+        """
+        from txntable.verify import verify_log
+
+        root = group_root(group_id)
+        return verify_log(Log(self.store, root), root, False, progress, group_log=True)
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"

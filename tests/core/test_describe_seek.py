@@ -8,7 +8,7 @@ import pytest
 
 from core.helpers import offsets_values
 from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.actions import LogStart
+from txntable.actions import Batch, LogStart
 from txntable.errors import (
     IllegalStateError,
     NoOffsetForPartitionError,
@@ -17,7 +17,7 @@ from txntable.errors import (
     UnknownTopicOrPartitionError,
 )
 from txntable.log import CommitPlan
-from txntable.table import OpenTransaction, PartitionDescription
+from txntable.table import OpenTransaction, PartitionDescription, ProducerDescription
 
 MakeProducer = Callable[..., Producer]
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -51,20 +51,45 @@ def scenario(wh: Warehouse, make_producer: MakeProducer) -> tuple[Warehouse, Pro
 
 def test_describe_exact(scenario: tuple[Warehouse, Producer, Producer]) -> None:
     wh, a, b = scenario
-    desc = wh.table("t").describe()
+    table = wh.table("t")
+    desc = table.describe()
     assert desc.name == "t" and desc.table_id
+    snap = table.snapshot()
+    batches = [[e for e in p.entries if isinstance(e, Batch)] for p in snap.partitions]
+    idem, a0 = batches[0]  # p0: the idempotent batch 0-2, then A's 3-4
+    a1, b1 = batches[1]  # p1: A's 0, then B's 1-2
+
+    def producers(*states: tuple[Batch, int, int | None]) -> tuple[ProducerDescription, ...]:
+        """(batch, last sequence, open transaction's first offset) of each producer, by id."""
+        return tuple(
+            ProducerDescription(b.producerId, 0, seq, b.maxTimestamp, first)
+            for b, seq, first in sorted(states, key=lambda s: s[0].producerId)
+        )
+
     assert desc.partitions == (
-        PartitionDescription(0, 0, 5, 3, (OpenTransaction(a.producer_id, 3),)),
-        PartitionDescription(1, 0, 4, 0, (OpenTransaction(a.producer_id, 0),)),
+        PartitionDescription(
+            0, 0, 5, 3, (OpenTransaction(a.producer_id, 3, "A", a0.minTimestamp),),
+            producers=producers((idem, 2, None), (a0, 1, 3)),
+            segments=2,
+            segment_bytes=idem.size + a0.size,
+        ),
+        PartitionDescription(
+            1, 0, 4, 0, (OpenTransaction(a.producer_id, 0, "A", a1.minTimestamp),),
+            producers=producers((a1, 0, 0), (b1, 1, None)),
+            segments=2,
+            segment_bytes=a1.size + b1.size,
+        ),
     )
+    assert a0.producerId == a1.producerId == a.producer_id != b1.producerId
     version = desc.version
     a.abort_transaction()  # ABORT markers: p0 at 5, p1 at 4, in one version
     desc = wh.table("t").describe()
     assert desc.version == version + 1
-    assert desc.partitions == (
-        PartitionDescription(0, 0, 6, 6, ()),
-        PartitionDescription(1, 0, 5, 5, ()),
-    )
+    assert [
+        (p.partition, p.log_start_offset, p.high_watermark, p.last_stable_offset,
+         p.open_transactions, p.segments)
+        for p in desc.partitions
+    ] == [(0, 0, 6, 6, (), 2), (1, 0, 5, 5, (), 2)]
 
 
 def test_end_offsets_both_isolation_levels(scenario: tuple[Warehouse, Producer, Producer]) -> None:

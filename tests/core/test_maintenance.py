@@ -272,7 +272,7 @@ def test_checkpoint_in_parts_and_a_damaged_part_is_skipped(
     table = wh.table("t")
     table.log.checkpoint_part_actions = 7
     assert table.log.write_checkpoint(table.snapshot())
-    listing = table.log.list_log()
+    listing = table.log.listing()
     v = table.snapshot().version
     parts = max(listing.checkpoints[v])
     assert parts > 2
@@ -380,7 +380,6 @@ def test_create_table_refuses_bad_maintenance_settings(
 
 def test_plan_groups_sizes_runs_and_skips_what_needs_no_rewrite() -> None:
     from core.helpers import batch, snapshot_of
-
     from txntable.actions import AbortedTxn, Marker
 
     snap = snapshot_of(
@@ -399,3 +398,44 @@ def test_plan_groups_sizes_runs_and_skips_what_needs_no_rewrite() -> None:
     assert runs[1].visible == (True, False, False)  # the aborted batch and its marker go
     assert [(r.base_offset, r.end_offset) for r in plan_groups(part, 1)] == [(6, 8)]
     assert [(r.base_offset, r.end_offset) for r in plan_groups(part, 10_000)] == [(0, 8)]
+
+
+def test_a_maintained_table_verifies_clean(wh: Warehouse) -> None:
+    wh.create_table("t", partitions=2, configuration={"checkpoint.interval": "3"})
+    run_history(wh, "t", HISTORY)
+    table = wh.table("t")
+    table.optimize()
+    run_history(wh, "t", HISTORY[:3])
+    table.apply_retention(now=10**15)
+    table.expire_producers(now=10**15)
+    table.log.checkpoint_part_actions = 5
+    table.checkpoint()
+    run_history(wh, "t", HISTORY[3:])
+    report = table.verify()
+    assert report.ok, report.errors
+    assert report.checkpoints_checked >= 2
+    table.clean_log(now=10**15)
+    truncated = wh.table("t").verify()
+    assert truncated.ok, truncated.errors
+    assert truncated.start_version > 0
+
+
+def test_verify_catches_a_merged_segment_with_moved_offsets(wh: Warehouse) -> None:
+    import pyarrow.compute as pc
+
+    from txntable.records import encode_table
+
+    wh.create_table("t", partitions=1)
+    run_history(wh, "t", HISTORY_ONE)
+    table = wh.table("t")
+    table.optimize()
+    seg = table.snapshot().partition(0).entries[0]
+    assert isinstance(seg, Segment)
+    data = read_segment(wh.store, seg.path, seg.count, merged=True)
+    moved = data.set_column(0, "offset", pc.add(data.column("offset"), 1000))
+    wh.store.put_data_file(seg.path, encode_table(moved))
+    report = wh.table("t").verify()
+    assert "merge.offsets" in {v.rule for v in report.errors}
+
+
+HISTORY_ONE = [Op("idem", ((0, 3),)), Op("abort", ((0, 2),)), Op("commit", ((0, 2),))]

@@ -306,7 +306,7 @@ def test_cli_recover(crashed, tmp_path: Path, point: str) -> None:
         wait = (meta.txn_start_timestamp + meta.timeout_ms + 50 - now_ms()) / 1000
         if wait > 0:
             time.sleep(wait)
-    proc = run_python(["-m", "txntable.cli", "recover", wh.url])
+    proc = run_python(["-m", "txntable.cli", "recover", wh.url, "--json"])
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     key = {
