@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -363,7 +363,7 @@ def maintain(
     clock = now_ms() if now is None else now
     report = MaintenanceReport()
     cfg = MaintenanceConfig.of(table.snapshot())
-    steps: list[tuple[str, object]] = []
+    steps: list[tuple[str, Callable[[], object]]] = []
     if not dry_run:
         steps = [
             ("retention", lambda: apply_retention(table, clock)),
@@ -378,7 +378,7 @@ def maintain(
         )
     for name, step in steps:
         try:
-            setattr(report, name, step())  # type: ignore[operator]
+            setattr(report, name, step())
         except TxnTableError as e:
             _log.warning("maintenance of %s: %s failed: %s", table.name, name, e)
             report.errors.append(f"{name}: {type(e).__name__}: {e}")
@@ -407,7 +407,7 @@ class AutoMaintenance:
     most once per ``maintenance.interval.ms`` a check of the producer's own snapshot.
     """
 
-    def __init__(self, open_table: object) -> None:
+    def __init__(self, open_table: Callable[[str], Table]) -> None:
         self._open_table = open_table
         self._next_check: dict[str, float] = {}
         self._running: dict[str, threading.Thread] = {}
@@ -438,7 +438,7 @@ class AutoMaintenance:
 
     def _run(self, name: str) -> None:
         try:
-            own = self._open_table(name)  # type: ignore[operator]
+            own = self._open_table(name)
             maintain(own, vacuum=False)
         except Exception:  # noqa: BLE001 - background work: never kill the producer
             _log.exception("background maintenance of %s failed", name)

@@ -33,7 +33,7 @@ from txntable.actions import (
     Protocol,
     Segment,
 )
-from txntable.log import CommitPlan, now_ms
+from txntable.log import CommitPlan
 from txntable.records import (
     MERGED_SEGMENT_SCHEMA,
     OFFSET_COLUMN,
@@ -312,8 +312,3 @@ def rewrite_run(
         deleteHorizonMs=horizon,
     )
     return segment, count, dropped
-
-
-def now_or(now: int | None) -> int:
-    """``now`` or the wall clock."""
-    return now_ms() if now is None else now
