@@ -1,31 +1,50 @@
 """Options of the ``txntable`` Spark data source: parsing and validation, no Spark needed.
 
 Spark hands a data source its options as a case-insensitive mapping whose keys are already
-lower-cased; every name below is matched case-insensitively, as Spark's own sources do.
+lower-cased; every name below is matched case-insensitively, as Spark's own sources do. An
+option that is not listed here is refused with the list of accepted ones (never ignored);
+options of Spark's Kafka source that make no sense for a table are refused with the reason.
 
 Read options (batch and streaming):
 
 * ``path`` (what ``load(path)`` sets): ``<warehouse URL>/<table>``; the last path component is
   the table name. Alternatively ``warehouse`` + ``table``.
-* ``isolation.level`` (alias ``isolationLevel``): ``read_committed`` (default) or
-  ``read_uncommitted``.
+* ``isolation.level`` (aliases ``isolationLevel`` and ``kafka.isolation.level``, the Kafka
+  source's spelling): ``read_committed`` (default) or ``read_uncommitted``.
 * ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON as in Spark's Kafka
   source, ``{"orders": {"0": 23, "1": -2}}`` with ``-2`` = earliest and ``-1`` = latest;
   partitions left out take the default (batch: earliest / latest; streaming start: the
-  ``startingOffsets`` default, ``latest``).
+  ``startingOffsets`` default, ``latest``). ``endingOffsets`` is for batch reads only.
 * ``versionAsOf``: read the table as of that log version (batch only).
 * ``failOnDataLoss`` (default ``true``): a requested offset below the log start offset is an
   error; with ``false`` it is moved up to the log start offset.
 * ``maxBytesPerPartition`` (default 128 MiB) and ``minPartitions`` (default: the driver's
   cores, with input partitions of at least 4 MiB): how segments are packed into Spark input
   partitions.
-* ``maxOffsetsPerTrigger`` (streaming): at most this many offsets per micro-batch.
+* ``includeHeaders`` (default ``true``, unlike the Kafka source): ``false`` drops the
+  ``headers`` column.
+* ``finishStuckTransactions`` (default ``true``): complete a transaction that a dead producer
+  left prepared (PrepareCommit / PrepareAbort) and that pins the LSO; ``false`` for
+  read-only credentials (see ``Warehouse(finish_stuck_transactions=...)``).
+* Streaming only, with Spark's Kafka-source semantics: ``maxOffsetsPerTrigger`` (at most this
+  many offsets per micro-batch, split over partitions by backlog), ``minOffsetsPerTrigger``
+  (wait until this many offsets are available, but no longer than ``maxTriggerDelay``,
+  default ``15m``, since the last micro-batch), ``maxFilesPerTrigger`` (at most this many
+  segments per micro-batch).
 * ``storage.<name>``: storage options of the warehouse (``storage.s3.endpoint``, …). They are
   passed to :func:`txntable.storage.open_store` and never logged or shown in a ``repr``.
 
-Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``txnAppId`` (streaming
-idempotency key, default: the checkpoint location's identity, see :mod:`txntable_spark.writer`)
-and ``maxBytesPerSegment`` (default 128 MiB of buffered input per segment).
+Refused: ``subscribe``, ``assign``, ``subscribePattern`` (the path names the table), and, until
+time-based positions are implemented, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
+``endingTimestamp``, ``endingOffsetsByTimestamp``, ``startingOffsetsByTimestampStrategy`` and
+``timestampAsOf``.
+
+Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``maxBytesPerSegment``
+(default 128 MiB of buffered input per segment), ``txnAppId`` and, for a batch write,
+``txnVersion`` (Delta's idempotent write: a version at or below the last one recorded for
+the app id is skipped; both or neither). A streaming write's ``txnAppId`` defaults to the
+checkpoint location's identity (see :mod:`txntable_spark.writer`); Spark's own
+``checkpointLocation`` and ``queryName`` are accepted there.
 """
 
 from __future__ import annotations
@@ -51,6 +70,57 @@ LATEST = -1
 STORAGE_PREFIX = "storage."
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 DEFAULT_MAX_BYTES_PER_SEGMENT = 128 * 1024 * 1024
+#: Spark's Kafka source default of ``maxTriggerDelay``.
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+
+#: Where an option may be used. Each option's canonical spelling, matched
+#: case-insensitively; ``storage.*`` is handled apart (it is the storage layer's to check).
+_LOCATION = ("path", "warehouse", "table")
+READ_OPTIONS = frozenset(
+    {
+        *_LOCATION,
+        "isolation.level",
+        "isolationLevel",
+        "kafka.isolation.level",
+        "startingOffsets",
+        "failOnDataLoss",
+        "maxBytesPerPartition",
+        "minPartitions",
+        "includeHeaders",
+        "finishStuckTransactions",
+    }
+)
+BATCH_READ_OPTIONS = READ_OPTIONS | {"endingOffsets", "versionAsOf"}
+STREAM_READ_OPTIONS = READ_OPTIONS | {
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "maxFilesPerTrigger",
+}
+WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment"})
+BATCH_WRITE_OPTIONS = WRITE_OPTIONS | {"txnVersion"}
+#: ``checkpointLocation`` and ``queryName`` are set by Spark itself.
+STREAM_WRITE_OPTIONS = WRITE_OPTIONS | {"checkpointLocation", "queryName"}
+
+#: Kafka-source options refused with a reason rather than as unknown.
+REFUSED_OPTIONS: dict[str, str] = {
+    **dict.fromkeys(
+        ("subscribe", "assign", "subscribePattern"),
+        "the path (or warehouse + table) names the one table a txntable source reads",
+    ),
+    **dict.fromkeys(
+        (
+            "startingTimestamp",
+            "startingOffsetsByTimestamp",
+            "endingTimestamp",
+            "endingOffsetsByTimestamp",
+            "startingOffsetsByTimestampStrategy",
+            "timestampAsOf",
+        ),
+        "time-based positions are not implemented yet; use startingOffsets / endingOffsets "
+        "or versionAsOf",
+    ),
+}
 
 _MASK = "***"
 
@@ -97,6 +167,11 @@ class ReadOptions:
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     min_partitions: int | None = None
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    max_files_per_trigger: int | None = None
+    include_headers: bool = True
+    finish_stuck_transactions: bool = True
 
     @property
     def read_committed(self) -> bool:
@@ -111,6 +186,43 @@ class WriteOptions:
     location: TableLocation
     txn_app_id: str | None = None
     max_bytes_per_segment: int = DEFAULT_MAX_BYTES_PER_SEGMENT
+    #: Batch writes: Delta's ``txnVersion`` (with ``txn_app_id``).
+    txn_version: int | None = None
+
+
+def check_option_names(options: Mapping[str, str], accepted: frozenset[str], what: str) -> None:
+    """Refuse every option ``what`` (e.g. ``"a batch read"``) does not accept.
+
+    ``storage.*`` options pass: the storage layer validates them.
+
+    Raises:
+        InvalidConfigurationError: Naming the option, and listing the accepted ones or why
+            it is refused.
+    """
+    known = {name.lower(): name for name in accepted}
+    refused = {name.lower(): (name, why) for name, why in REFUSED_OPTIONS.items()}
+    everywhere = {
+        n.lower(): n
+        for n in BATCH_READ_OPTIONS | STREAM_READ_OPTIONS | BATCH_WRITE_OPTIONS
+        | STREAM_WRITE_OPTIONS
+    }
+    for key in options:
+        lowered = key.lower()
+        if lowered in known or (
+            lowered.startswith(STORAGE_PREFIX) and len(lowered) > len(STORAGE_PREFIX)
+        ):
+            continue
+        if lowered in refused:
+            name, why = refused[lowered]
+            raise InvalidConfigurationError(f"option {name} is not supported: {why}")
+        if lowered in everywhere:
+            raise InvalidConfigurationError(
+                f"option {everywhere[lowered]} does not apply to {what}"
+            )
+        raise InvalidConfigurationError(
+            f"unknown option {key!r} for {what}; accepted: {', '.join(sorted(accepted))} "
+            f"and {STORAGE_PREFIX}<storage option>"
+        )
 
 
 def _get(options: Mapping[str, str], *names: str) -> str | None:
@@ -281,14 +393,50 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return v == "true"
 
 
+_DURATION_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def parse_duration_ms(name: str, value: str) -> int:
+    """A Spark time string (``500ms``, ``30s``, ``15m``, ``1h``, ``2d``; bare = ms) in ms.
+
+    Raises:
+        InvalidConfigurationError: For anything else, or a negative duration.
+    """
+    match = re.fullmatch(r"\s*([0-9]+)\s*([a-z]*)\s*", value.lower())
+    if match is None or match.group(2) not in ("", *_DURATION_UNITS_MS):
+        raise InvalidConfigurationError(
+            f"{name} must be a duration like 500ms, 30s, 15m or 1h, not {value!r}"
+        )
+    return int(match.group(1)) * _DURATION_UNITS_MS.get(match.group(2), 1)
+
+
 def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> ReadOptions:
     """Validate the options of a batch (or, with ``streaming``, a streaming) read.
 
     Raises:
         InvalidConfigurationError: For a malformed or contradictory option.
     """
+    check_option_names(
+        options,
+        STREAM_READ_OPTIONS if streaming else BATCH_READ_OPTIONS,
+        "a streaming read" if streaming else "a batch read",
+    )
     location = parse_location(options)
-    isolation = parse_isolation_level(_get(options, "isolation.level", "isolationLevel"))
+    levels: dict[str, IsolationLevel] = {
+        name: parse_isolation_level(value)
+        for name in ("isolation.level", "isolationLevel", "kafka.isolation.level")
+        if (value := _get(options, name)) is not None
+    }
+    if len(set(levels.values())) > 1:
+        raise InvalidConfigurationError(f"isolation level options disagree: {levels}")
+    isolation: IsolationLevel = next(iter(levels.values()), READ_COMMITTED)
     starting = parse_offset_spec(
         _get(options, "startingOffsets"),
         location.table,
@@ -298,13 +446,9 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
     ending = parse_offset_spec(
         _get(options, "endingOffsets"), location.table, LATEST, "endingOffsets"
     )
+    # (endingOffsets and versionAsOf on a streaming read are refused by check_option_names.)
     version = parse_int(options, "versionAsOf", None, 0)
-    if streaming:
-        if _get(options, "endingOffsets") is not None:
-            raise InvalidConfigurationError("endingOffsets is not supported by streaming reads")
-        if version is not None:
-            raise InvalidConfigurationError("versionAsOf is not supported by streaming reads")
-    else:
+    if not streaming:
         # As in Spark's Kafka source: a batch read cannot start at "latest" or end at
         # "earliest" (both would move under the query).
         if starting.default == LATEST or LATEST in starting.offsets.values():
@@ -317,6 +461,16 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
             )
     max_bytes = parse_int(options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, 1)
     assert max_bytes is not None
+    max_offsets = parse_int(options, "maxOffsetsPerTrigger", None, 1)
+    min_offsets = parse_int(options, "minOffsetsPerTrigger", None, 1)
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise InvalidConfigurationError(
+            f"minOffsetsPerTrigger ({min_offsets}) is greater than maxOffsetsPerTrigger "
+            f"({max_offsets})"
+        )
+    delay = _get(options, "maxTriggerDelay")
+    if delay is not None and min_offsets is None:
+        raise InvalidConfigurationError("maxTriggerDelay applies only with minOffsetsPerTrigger")
     return ReadOptions(
         location=location,
         isolation_level=isolation,
@@ -326,20 +480,38 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
         max_bytes_per_partition=max_bytes,
         min_partitions=parse_int(options, "minPartitions", None, 1),
-        max_offsets_per_trigger=parse_int(options, "maxOffsetsPerTrigger", None, 1),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=parse_duration_ms(
+            "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY if delay is None else delay
+        ),
+        max_files_per_trigger=parse_int(options, "maxFilesPerTrigger", None, 1),
+        include_headers=parse_bool(options, "includeHeaders", True),
+        finish_stuck_transactions=parse_bool(options, "finishStuckTransactions", True),
     )
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Validate the options of a batch or streaming write.
+def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
+    """Validate the options of a batch (or, with ``streaming``, a streaming) write.
 
     Raises:
         InvalidConfigurationError: For a malformed option.
     """
+    check_option_names(
+        options,
+        STREAM_WRITE_OPTIONS if streaming else BATCH_WRITE_OPTIONS,
+        "a streaming write" if streaming else "a batch write",
+    )
     location = parse_location(options)
     app_id = _get(options, "txnAppId")
     if app_id is not None and not app_id.strip():
         raise InvalidConfigurationError("txnAppId must not be empty")
     seg = parse_int(options, "maxBytesPerSegment", DEFAULT_MAX_BYTES_PER_SEGMENT, 1)
     assert seg is not None
-    return WriteOptions(location, app_id, seg)
+    version = None if streaming else parse_int(options, "txnVersion", None, 0)
+    if not streaming and (app_id is None) != (version is None):
+        # Delta's rule: one without the other would silently write without idempotence.
+        raise InvalidConfigurationError(
+            "an idempotent batch write needs both txnAppId and txnVersion"
+        )
+    return WriteOptions(location, app_id, seg, version)

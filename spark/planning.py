@@ -275,3 +275,40 @@ def limit_offsets(
         step = math.ceil(share) if share < 1 else math.floor(share)
         out[p] = min(end, begin + step)
     return out
+
+
+def limit_segments(
+    snap: TableSnapshot,
+    start: dict[int, int],
+    end: dict[int, int],
+    max_segments: int,
+    read_committed: bool,
+) -> dict[int, int]:
+    """End offsets that admit at most ``max_segments`` segments in all (``maxFilesPerTrigger``).
+
+    A segment is the unit a reader opens; one that is only partly in range counts whole,
+    skipped ones (aborted) and markers count nothing. Segments are taken in offset order,
+    one partition at a time in turn, so every partition with a backlog moves. A partition's
+    end is cut just before its first segment not admitted.
+    """
+    queues: dict[int, list[SegmentSlice]] = {}
+    for p, stop in end.items():
+        begin = start.get(p, stop)
+        queues[p] = slices_in_range(snap.partition(p), begin, stop, read_committed)
+    if sum(len(q) for q in queues.values()) <= max_segments:
+        return dict(end)
+    taken = dict.fromkeys(queues, 0)
+    budget = max_segments
+    while budget:
+        for p in sorted(queues):
+            if budget and taken[p] < len(queues[p]):
+                taken[p] += 1
+                budget -= 1
+    out = {}
+    for p, stop in end.items():
+        queue = queues[p]
+        if taken[p] < len(queue):
+            first_left = queue[taken[p]]
+            stop = max(start.get(p, stop), first_left.base_offset + first_left.row_start)
+        out[p] = stop
+    return out

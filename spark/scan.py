@@ -24,7 +24,7 @@ from txntable.records import OFFSET_COLUMN, check_segment, read_segment
 from txntable.storage import Store, open_store
 
 from .planning import SegmentSlice
-from .schema import ARROW_HEADERS, ARROW_SCHEMA, ARROW_TIMESTAMP
+from .schema import ARROW_HEADERS, ARROW_SCHEMA, ARROW_SCHEMA_NO_HEADERS, ARROW_TIMESTAMP
 
 #: Rows per record batch handed to Spark (small segments are merged up to this).
 TARGET_BATCH_ROWS = 65_536
@@ -95,7 +95,9 @@ def read_slice_table(
     return table
 
 
-def to_output(table: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
+def to_output(
+    table: pa.Table, s: SegmentSlice, topic: str, include_headers: bool = True
+) -> pa.Table:
     """Segment rows -> the output schema: add topic, partition and offsets, fix types."""
     n = table.num_rows
     first = s.base_offset + s.row_start
@@ -103,22 +105,21 @@ def to_output(table: pa.Table, s: SegmentSlice, topic: str) -> pa.Table:
         offsets = table.column(OFFSET_COLUMN).combine_chunks()
     else:
         offsets = pa.array(np.arange(first, first + n, dtype=np.int64))
+    columns = [
+        table.column("key"),
+        table.column("value"),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(s.partition, pa.int32()), n),
+        offsets,
+        table.column("timestamp").cast(ARROW_TIMESTAMP),
+    ]
+    if not include_headers:
+        return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA_NO_HEADERS)
     headers = table.column("headers").combine_chunks()
     if headers.null_count:
         # Output headers are non-null (an empty list for "no headers").
         headers = pc.if_else(pc.is_null(headers), pa.scalar([], headers.type), headers)
-    return pa.Table.from_arrays(
-        [
-            table.column("key"),
-            table.column("value"),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-            offsets,
-            table.column("timestamp").cast(ARROW_TIMESTAMP),
-            headers.cast(ARROW_HEADERS),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    return pa.Table.from_arrays([*columns, headers.cast(ARROW_HEADERS)], schema=ARROW_SCHEMA)
 
 
 def prefetch(items: Iterable[T], fn: Callable[[T], R], window: int) -> Iterator[R]:
@@ -142,7 +143,11 @@ def prefetch(items: Iterable[T], fn: Callable[[T], R], window: int) -> Iterator[
 
 
 def read_slices(
-    url: str, storage_options: dict[str, str], topic: str, slices: list[SegmentSlice]
+    url: str,
+    storage_options: dict[str, str],
+    topic: str,
+    slices: list[SegmentSlice],
+    include_headers: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of ``slices``, in order, in the exact output schema."""
     if not slices:
@@ -155,7 +160,7 @@ def read_slices(
     for s, table in zip(
         slices, prefetch(slices, lambda s: read_slice_table(store, fs, s), window), strict=True
     ):
-        buffered.append(to_output(table, s, topic))
+        buffered.append(to_output(table, s, topic, include_headers))
         rows += table.num_rows
         if rows >= TARGET_BATCH_ROWS:
             yield from _flush(buffered)

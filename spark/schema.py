@@ -11,6 +11,9 @@ Columns follow Spark's Kafka source (without ``timestampType``)::
     headers    array<struct<key: string NOT NULL, value: binary>> NOT NULL,
                elements NOT NULL        (a record without headers has an empty array)
 
+With the read option ``includeHeaders=false`` the ``headers`` column is left out
+(:func:`spark_schema`, :data:`ARROW_SCHEMA_NO_HEADERS`).
+
 Every record has a topic, partition, offset, timestamp and a (possibly empty) header list,
 so those are declared non-null, unlike the Kafka source, which declares everything
 nullable; header values may be null as in Kafka. Python data sources must yield Arrow
@@ -65,3 +68,14 @@ ARROW_SCHEMA = pa.schema(
         pa.field("headers", ARROW_HEADERS, nullable=False),
     ]
 )
+
+
+def spark_schema(include_headers: bool = True) -> StructType:
+    """The read schema; without the ``headers`` column when ``includeHeaders`` is false."""
+    if include_headers:
+        return SPARK_SCHEMA
+    return StructType([f for f in SPARK_SCHEMA.fields if f.name != "headers"])
+
+
+#: :data:`ARROW_SCHEMA` without ``headers`` (``includeHeaders=false``).
+ARROW_SCHEMA_NO_HEADERS = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))

@@ -26,10 +26,10 @@ from txntable.snapshot import TableSnapshot
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 
-from .options import ReadOptions, TableLocation, parse_read_options
+from .options import ReadOptions, TableLocation, parse_bool, parse_read_options
 from .planning import SegmentSlice, plan_scan
 from .scan import read_slices
-from .schema import SPARK_SCHEMA
+from .schema import spark_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,31 +40,45 @@ FORMAT_NAME = "txntable"
 class ScanPartition(InputPartition):
     """One Spark task's work: segment slices plus what it needs to reopen the store."""
 
-    def __init__(self, location: TableLocation, slices: list[SegmentSlice]) -> None:
+    def __init__(
+        self, location: TableLocation, slices: list[SegmentSlice], include_headers: bool = True
+    ) -> None:
         super().__init__(None)
         self.location = location
         self.slices = slices
+        self.include_headers = include_headers
 
     def __repr__(self) -> str:
         # InputPartition's default repr prints every attribute; keep credentials out.
         return f"ScanPartition({self.location!r}, {len(self.slices)} slices)"
 
 
-def open_table(location: TableLocation) -> Table:
+def open_table(location: TableLocation, finish_stuck_transactions: bool = True) -> Table:
     """A fresh handle on the table at ``location``.
 
     Raises:
         TableNotFoundError: If the warehouse has no such table.
     """
-    return Warehouse(location.warehouse_url, location.storage_options).table(location.table)
+    warehouse = Warehouse(
+        location.warehouse_url,
+        location.storage_options,
+        finish_stuck_transactions=finish_stuck_transactions,
+    )
+    return warehouse.table(location.table)
 
 
 def load_snapshot(opts: ReadOptions) -> TableSnapshot:
-    """The snapshot a batch read plans from: the latest, or ``versionAsOf``."""
-    table = open_table(opts.location)
+    """The snapshot a batch read plans from: the latest, or ``versionAsOf``.
+
+    Raises:
+        VersionNotFoundError: ``versionAsOf`` is beyond the newest version.
+    """
+    table = open_table(opts.location, opts.finish_stuck_transactions)
     if opts.version_as_of is not None:
         return table.snapshot_at(opts.version_as_of)
-    return table.snapshot()
+    table.snapshot()
+    table.finish_stuck_transactions()  # a dead producer's prepared transaction pins no LSO
+    return table.snapshot(refresh=False)
 
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -72,18 +86,25 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, ScanPartition):
         return iter(())  # Spark's placeholder partition for an empty plan
     loc = partition.location
-    return read_slices(loc.warehouse_url, loc.storage_options, loc.table, partition.slices)
+    return read_slices(
+        loc.warehouse_url,
+        loc.storage_options,
+        loc.table,
+        partition.slices,
+        partition.include_headers,
+    )
 
 
-def check_schema(schema: StructType) -> None:
-    """Reject a user-specified schema other than the fixed one.
+def check_schema(schema: StructType, opts: ReadOptions) -> None:
+    """Reject a user-specified schema other than the fixed one (per ``includeHeaders``).
 
     Raises:
-        InvalidConfigurationError: If ``schema`` differs from :data:`SPARK_SCHEMA`.
+        InvalidConfigurationError: If ``schema`` differs from :func:`spark_schema`.
     """
-    if schema != SPARK_SCHEMA:
+    expected = spark_schema(opts.include_headers)
+    if schema != expected:
         raise InvalidConfigurationError(
-            f"txntable has a fixed schema {SPARK_SCHEMA.simpleString()}; got "
+            f"txntable has a fixed schema {expected.simpleString()}; got "
             f"{schema.simpleString()}"
         )
 
@@ -97,7 +118,7 @@ class TxnTableReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Load the snapshot once and plan (see :func:`txntable_spark.planning.plan_scan`)."""
         groups = plan_scan(load_snapshot(self.opts), self.opts)
-        return [ScanPartition(self.opts.location, g) for g in groups]
+        return [ScanPartition(self.opts.location, g, self.opts.include_headers) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the partition's records as Arrow batches in :data:`ARROW_SCHEMA`."""
@@ -113,20 +134,22 @@ class TxnTableDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
-        """The fixed read schema (see :mod:`txntable_spark.schema`)."""
-        return SPARK_SCHEMA
+        """The fixed read schema, without ``headers`` if ``includeHeaders`` is false."""
+        return spark_schema(parse_bool(self._options(), "includeHeaders", True))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader; options are validated here, at planning time."""
-        check_schema(schema)
-        return TxnTableReader(parse_read_options(self._options()))
+        opts = parse_read_options(self._options())
+        check_schema(schema, opts)
+        return TxnTableReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (see :mod:`txntable_spark.stream`)."""
         from .stream import TxnTableStreamReader
 
-        check_schema(schema)
-        return TxnTableStreamReader(parse_read_options(self._options(), streaming=True))
+        opts = parse_read_options(self._options(), streaming=True)
+        check_schema(schema, opts)
+        return TxnTableStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """An atomic append writer (see :mod:`txntable_spark.writer`)."""
@@ -147,7 +170,7 @@ class TxnTableDataSource(DataSource):
         if overwrite:
             raise InvalidConfigurationError("txntable supports only outputMode('append')")
         options = self._options()
-        opts = parse_write_options(options)
+        opts = parse_write_options(options, streaming=True)
         return TxnTableStreamWriter(opts, schema, stream_app_id(opts, options))
 
     def _options(self) -> dict[str, Any]:

@@ -23,11 +23,14 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxFiles,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable.log import now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.table import Table
 
@@ -35,6 +38,7 @@ from .options import EARLIEST, LATEST, ReadOptions
 from .planning import (
     OffsetRange,
     limit_offsets,
+    limit_segments,
     plan_ranges,
     resolve_offset,
     upper_bound,
@@ -65,19 +69,29 @@ def decode_offsets(obj: dict) -> Offsets:
 
 
 class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Stream reader with admission control (``maxOffsetsPerTrigger``) and AvailableNow."""
+    """Stream reader with admission control and AvailableNow.
+
+    ``maxOffsetsPerTrigger``, ``maxFilesPerTrigger`` (segments) and ``minOffsetsPerTrigger``
+    with ``maxTriggerDelay`` behave as in Spark's Kafka source.
+    """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._table: Table | None = None
         self._target: Offsets | None = None
+        #: When the last micro-batch was admitted (ms; 0: never, so the first one is not
+        #: delayed, as in Spark's Kafka source).
+        self._last_trigger_ms = 0
 
     # --- driver side ---------------------------------------------------------------------
 
     def _snapshot(self, refresh: bool = True) -> TableSnapshot:
         if self._table is None:
-            self._table = open_table(self.opts.location)
-        return self._table.snapshot(refresh=refresh)
+            self._table = open_table(self.opts.location, self.opts.finish_stuck_transactions)
+        snap = self._table.snapshot(refresh=refresh)
+        if refresh and self._table.finish_stuck_transactions():
+            snap = self._table.snapshot(refresh=False)
+        return snap
 
     def _available(self, snap: TableSnapshot) -> Offsets:
         return {p.partition: upper_bound(p, self.opts.read_committed) for p in snap.partitions}
@@ -102,9 +116,19 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return encode_offsets(out)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``ReadMaxRows(maxOffsetsPerTrigger)`` when that option is set."""
-        if self.opts.max_offsets_per_trigger is not None:
-            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        """The limit the options set: Spark passes it back to :meth:`latestOffset`.
+
+        Spark's Python API has no composite limit, so this names one of them and
+        :meth:`latestOffset` applies every limit the options set unless Spark passes
+        ``ReadAllAvailable`` (a trigger that must read everything).
+        """
+        opts = self.opts
+        if opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(opts.max_offsets_per_trigger)
+        if opts.max_files_per_trigger is not None:
+            return ReadMaxFiles(opts.max_files_per_trigger)
+        if opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -122,9 +146,37 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begin.setdefault(p, self._start_of_new_partition(snap, p))
             # Never move backwards (e.g. a start inside a transaction that is still open).
             available[p] = max(available[p], begin[p])
-        if isinstance(limit, ReadMaxRows):
-            available = limit_offsets(begin, available, limit.max_rows)
-        return encode_offsets(available)
+        if isinstance(limit, ReadAllAvailable):
+            return encode_offsets(available)
+        return encode_offsets(self._admit(snap, begin, available, limit))
+
+    def _admit(
+        self, snap: TableSnapshot, begin: Offsets, available: Offsets, limit: ReadLimit
+    ) -> Offsets:
+        """Spark's Kafka-source admission control: min (with its delay), then the maxima."""
+        opts = self.opts
+        backlog = sum(available[p] - begin[p] for p in available)
+        if backlog == 0:
+            return available
+        now = now_ms()
+        if (
+            opts.min_offsets_per_trigger is not None
+            and self._target is None  # AvailableNow must not wait for data that never comes
+            and backlog < opts.min_offsets_per_trigger
+            and now - self._last_trigger_ms < opts.max_trigger_delay_ms
+        ):
+            return {p: begin[p] for p in available}  # no micro-batch yet
+        self._last_trigger_ms = now
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if max_rows is None:
+            max_rows = opts.max_offsets_per_trigger
+        if max_rows is not None:
+            available = limit_offsets(begin, available, max_rows)
+        if opts.max_files_per_trigger is not None:
+            available = limit_segments(
+                snap, begin, available, opts.max_files_per_trigger, opts.read_committed
+            )
+        return available
 
     def reportLatestOffset(self) -> dict | None:
         """The offsets available right now, for the query's progress report."""
@@ -176,7 +228,7 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.opts.max_bytes_per_partition,
             self.opts.min_partitions,
         )
-        return [ScanPartition(self.opts.location, g) for g in groups]
+        return [ScanPartition(self.opts.location, g, self.opts.include_headers) for g in groups]
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the log is immutable and reads hold no resources."""

@@ -3,8 +3,13 @@
 Input columns follow Spark's Kafka sink: ``value`` (required, binary or string), ``key``
 (binary or string), ``partition`` (int), ``headers`` (array<struct<key: string, value:
 binary>>) and ``timestamp`` (timestamp; the write time when absent or null). Strings are
-encoded as UTF-8. Other columns (``topic``, ``offset``, …) are ignored, so a DataFrame read
-from a txntable can be written back as is.
+encoded as UTF-8. ``topic`` and ``offset`` are ignored (the path names the table; offsets
+are assigned at commit), so a DataFrame read from a txntable can be written back as is; any
+other column is refused (``SchemaMismatchError``) rather than silently lost.
+
+A batch write with ``txnAppId`` and ``txnVersion`` is idempotent as in Delta: it commits
+its version with ``AppTxn(txnAppId, txnVersion)`` unless the table already records that
+version or a later one for the app id, in which case it writes nothing.
 
 Each Spark task routes its rows to table partitions (the ``partition`` column when set,
 else Kafka's murmur2 partitioner of ``key``, else one sticky partition per task for null
@@ -27,7 +32,7 @@ import io
 import logging
 import random
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,13 +101,28 @@ class TxnCommitMessage(WriterCommitMessage):
     rows: int = 0
 
 
+#: Columns a write accepts: the record's, plus the read-only ones of a txntable read
+#: (``topic``, ``offset``), so that a DataFrame read from a table can be written back.
+RECORD_COLUMNS = ("key", "value", "headers", "timestamp", "partition")
+IGNORED_COLUMNS = ("topic", "offset")
+
+
 def check_input_schema(schema: StructType) -> None:
     """Validate the DataFrame's columns against the Kafka-sink mapping.
 
     Raises:
-        SchemaMismatchError: If ``value`` is missing or a known column has a wrong type.
+        SchemaMismatchError: If ``value`` is missing, a known column has a wrong type, or
+            there are other columns (they would be lost: a record has no place for them).
     """
     fields = {f.name.lower(): f.dataType for f in schema.fields}
+    accepted = RECORD_COLUMNS + IGNORED_COLUMNS
+    extra = [f.name for f in schema.fields if f.name.lower() not in accepted]
+    if extra:
+        raise SchemaMismatchError(
+            f"txntable write: columns {extra} have no place in a record (key, value, headers, "
+            "timestamp, partition); select or drop them, or pack them into value (e.g. "
+            "to_json(struct(...)))"
+        )
 
     def bad(name: str, dtype: DataType, want: str) -> SchemaMismatchError:
         return SchemaMismatchError(
@@ -360,6 +380,25 @@ def _job_files(store: Store, table: str, num_partitions: int, write_id: str) -> 
     return keys
 
 
+def app_txn_append(
+    batches: list[PendingBatch], app_id: str, version: int, operation: str
+) -> Callable[[TableSnapshot], CommitPlan[AppendResult | None]]:
+    """The commit ``build`` of an idempotent write: append ``batches`` with
+    ``AppTxn(app_id, version)``, or nothing (result ``None``) if the table already records
+    ``version`` or a later one for ``app_id`` (Delta's ``txn`` rule). Pure, so the commit
+    loop re-decides against every newer snapshot it rebases onto."""
+
+    def build(s: TableSnapshot) -> CommitPlan[AppendResult | None]:
+        prev = s.app_txns.get(app_id)
+        if prev is not None and prev.version >= version:
+            return CommitPlan([], None, operation)  # already in the table
+        now = now_ms()
+        plan = plan_append(s, batches, [], AppTxn(app_id, version, now), now)
+        return CommitPlan(plan.actions, plan.result, operation)
+
+    return build
+
+
 # --- the writers -----------------------------------------------------------------------------
 
 
@@ -374,20 +413,40 @@ class TxnTableWriter(DataSourceArrowWriter):
         self.start_version = snap.version
         self.write_id = uuid.uuid4().hex
         self.committed_version: int | None = None
+        #: Set when ``txnVersion`` was already applied and nothing was committed.
+        self.skipped = False
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments (invisible until the driver commits)."""
         return write_task(iterator, self.opts, self.num_partitions, self.write_id)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Driver: commit all segments as one log version (no version if nothing was written)."""
+        """Driver: commit all segments as one log version (no version if nothing was written).
+
+        With ``txnAppId`` + ``txnVersion`` (Delta's idempotent write) the version is skipped,
+        and its segments deleted, when the table already records that version (or a later
+        one) for the app id; the check runs inside the commit loop, against the newest
+        version.
+        """
         batches = _batches(messages)
         if not batches:
             return
         table = open_table(self.opts.location)
-        _, self.committed_version = table.append(batches)
+        opts = self.opts
+        if opts.txn_app_id is not None and opts.txn_version is not None:
+            build = app_txn_append(batches, opts.txn_app_id, opts.txn_version, "WRITE")
+            plan, version = table.commit(build)
+            if plan.result is None:
+                self.skipped = True
+                _delete(table.store, [b.path for b in batches])
+                committed: set[str] = set()
+            else:
+                self.committed_version = version
+                committed = {b.path for b in batches}
+        else:
+            _, self.committed_version = table.append(batches)
+            committed = {b.path for b in batches}
         # Files of failed or speculative task attempts are in no message: remove them.
-        committed = {b.path for b in batches}
         leftovers = [
             k
             for k in _job_files(table.store, table.name, self.num_partitions, self.write_id)
@@ -470,20 +529,10 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
         """Driver: commit the micro-batch unless ``batchId`` was already applied."""
         batches = _batches(messages)
         table = open_table(self.opts.location)
-        app_id = self.app_id
-
-        def build(s: TableSnapshot) -> CommitPlan[AppendResult | None]:
-            prev = s.app_txns.get(app_id)
-            if prev is not None and prev.version >= batchId:
-                return CommitPlan([], None)  # replayed batch: already in the table
-            now = now_ms()
-            plan = plan_append(s, batches, [], AppTxn(app_id, batchId, now), now)
-            return CommitPlan(plan.actions, plan.result, "STREAMING UPDATE")
-
         if not batches:
             self.last_result = "empty"
             return
-        plan, _ = table.commit(build)
+        plan, _ = table.commit(app_txn_append(batches, self.app_id, batchId, "STREAMING UPDATE"))
         if plan.result is None:
             self.last_result = "skipped"
             _delete(table.store, [b.path for b in batches])

@@ -72,6 +72,8 @@ class Cli:
 
     options: dict[str, str] = field(default_factory=dict)
     color: str = "auto"
+    #: Never write on a reader's behalf (no completing of stuck transactions).
+    read_only: bool = False
     _out: Console | None = None
     _err: Console | None = None
 
@@ -227,7 +229,12 @@ def _json_flag(f: F) -> F:
 
 def _open(warehouse: str, options: dict[str, str]) -> Warehouse:
     # Options go to the library unfiltered: it validates them (and names unknown keys).
-    return Warehouse(warehouse, storage_options={**_cli().options, **options})
+    state = _cli()
+    return Warehouse(
+        warehouse,
+        storage_options={**state.options, **options},
+        finish_stuck_transactions=not state.read_only,
+    )
 
 
 def _cli() -> Cli:
@@ -258,14 +265,20 @@ class _Group(click.Group):
     show_default=True,
     help="Colour and progress bars: on a terminal (auto), always or never.",
 )
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Never write on a reader's behalf: leave transactions that dead producers left "
+    "prepared to recover (for read-only credentials).",
+)
 @click.pass_context
-def cli(ctx: click.Context, options: dict[str, str], color: str) -> None:
+def cli(ctx: click.Context, options: dict[str, str], color: str, read_only: bool) -> None:
     """Kafka's exactly-once machinery as a table format: manage a warehouse of tables.
 
     WAREHOUSE is a path or URL: /data/lake, file:///data/lake, s3://bucket/prefix.
     Exit status: 0 success, 1 error, 2 bad usage, 3 verify found violations.
     """
-    ctx.obj = Cli(options=options, color=color)
+    ctx.obj = Cli(options=options, color=color, read_only=read_only)
 
 
 # --- tables ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from txntable.aborted import classify_entries
 from txntable.actions import Batch, Marker, Segment
 from txntable.errors import (
     IllegalStateError,
+    InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
@@ -30,6 +31,7 @@ from txntable.errors import (
 from txntable.groups import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
+    check_offsets,
     committed_offset,
     open_group_table,
     plan_offset_commit,
@@ -38,13 +40,15 @@ from txntable.records import (
     OFFSET_COLUMN,
     ConsumerRecord,
     TopicPartition,
+    check_topic_partition,
+    check_topic_partitions,
     read_segment,
     table_to_records,
 )
 from txntable.snapshot import PartitionState
 from txntable.storage.base import Store
 from txntable.table import Table
-from txntable.warehouse import Warehouse
+from txntable.warehouse import Warehouse, require_warehouse
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
@@ -69,6 +73,11 @@ class Consumer:
         unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
             a pending transactional offset commit to resolve before raising
             ``UnstableOffsetCommitError`` (0: raise at once).
+
+    Raises:
+        InvalidConfigurationError: An argument has the wrong type or is out of range (see
+            :data:`txntable.config.CONSUMER_ARGUMENTS`), or ``enable_auto_commit`` is set
+            without a ``group_id``; the message names the argument.
     """
 
     def __init__(
@@ -80,16 +89,15 @@ class Consumer:
         fetch_backoff_ms: int = config.FETCH_BACKOFF_MS_DEFAULT,
         group_id: str | None = None,
         enable_auto_commit: bool = False,
-        auto_commit_interval_ms: int = 5000,
+        auto_commit_interval_ms: int = config.AUTO_COMMIT_INTERVAL_MS_DEFAULT,
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
     ) -> None:
-        if isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
-            raise InvalidConfigurationError(
-                f"isolation_level must be {READ_COMMITTED} or {READ_UNCOMMITTED}"
-            )
-        if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfigurationError("auto_offset_reset must be earliest, latest or none")
+        require_warehouse(warehouse)
+        config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
+        if enable_auto_commit and group_id is None:
+            # Kafka's ConfigException: auto-commit has nowhere to commit to without a group.
+            raise InvalidConfigurationError("enable_auto_commit=True needs a group_id")
         self.warehouse = warehouse
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
@@ -102,7 +110,7 @@ class Consumer:
         self._closed = False
         self._next_start = 0
         self.group_id = group_id
-        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.group_generation = group_generation
         self.unstable_offset_timeout_ms = unstable_offset_timeout_ms
@@ -119,7 +127,17 @@ class Consumer:
         return table
 
     def _partition(self, tp: TopicPartition, refresh: bool = False) -> PartitionState:
-        return self._table(tp.topic).snapshot(refresh=refresh).partition(tp.partition)
+        table = self._table(tp.topic)
+        if refresh:
+            self._refresh(table)
+        return table.snapshot(refresh=False).partition(tp.partition)
+
+    @staticmethod
+    def _refresh(table: Table) -> None:
+        # Read the new versions, then complete what a dead producer left prepared (at most
+        # one coordinator read per stuck transactional id per grace period).
+        table.snapshot(refresh=True)
+        table.finish_stuck_transactions()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -128,7 +146,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replaces the previous assignment)."""
         self._check_open()
-        tps = list(dict.fromkeys(partitions))
+        tps = list(dict.fromkeys(check_topic_partitions(partitions)))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
         self._assignment = tps
@@ -139,7 +157,7 @@ class Consumer:
         return set(self._assignment)
 
     def _targets(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
-        tps = self._assignment if partitions is None else list(partitions)
+        tps = self._assignment if partitions is None else check_topic_partitions(partitions)
         for tp in tps:
             if tp not in self._assignment:
                 raise IllegalStateError(f"{tp} is not assigned to this consumer")
@@ -148,7 +166,8 @@ class Consumer:
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Set the next offset ``poll`` returns from for ``partition``."""
         self._check_open()
-        if not isinstance(offset, int) or offset < 0:
+        check_topic_partition(partition)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         self._targets([partition])
         self._positions[partition] = offset
@@ -171,7 +190,7 @@ class Consumer:
     def position(self, partition: TopicPartition) -> int:
         """The offset of the next record ``poll`` would return for ``partition``."""
         self._check_open()
-        self._targets([partition])
+        self._targets([check_topic_partition(partition)])
         if partition not in self._positions:
             self._reset(partition)
         return self._positions[partition]
@@ -194,11 +213,13 @@ class Consumer:
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """End offset per partition: the LSO under read_committed, else the high watermark."""
-        return {tp: self._end(self._partition(tp, refresh=True)) for tp in partitions}
+        tps = check_topic_partitions(partitions)
+        return {tp: self._end(self._partition(tp, refresh=True)) for tp in tps}
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log start offset per partition."""
-        return {tp: self._partition(tp, refresh=True).log_start_offset for tp in partitions}
+        tps = check_topic_partitions(partitions)
+        return {tp: self._partition(tp, refresh=True).log_start_offset for tp in tps}
 
     # --- polling -------------------------------------------------------------------------
 
@@ -212,12 +233,21 @@ class Consumer:
                 is ``none``.
         """
         self._check_open()
+        checks = (("timeout_ms", timeout_ms, 0), ("max_records", max_records, 1))
+        for name, value, minimum in checks:
+            if value is None and name == "max_records":
+                continue
+            if not config.is_int(value):
+                raise InvalidArgumentTypeError(f"{name} must be an int, not {value!r:.40}")
+            assert isinstance(value, int)
+            if value < minimum:
+                raise InvalidConfigurationError(f"{name} must be >= {minimum}, got {value}")
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             for table in {tp.topic for tp in self._assignment}:
-                self._table(table).snapshot(refresh=True)
+                self._refresh(self._table(table))
             out: dict[TopicPartition, list[ConsumerRecord]] = {}
             remaining = limit
             # Start each poll one partition further (Kafka rotates fetch order too), so a
@@ -253,8 +283,10 @@ class Consumer:
         entries = part.entries_between(pos, upper)
         aborted = part.aborted_between(pos, upper) if committed else []
         out: list[ConsumerRecord] = []
-        for entry, visible in classify_entries(entries, aborted) if committed else (
-            (e, not isinstance(e, Marker)) for e in entries
+        for entry, visible in (
+            classify_entries(entries, aborted)
+            if committed
+            else ((e, not isinstance(e, Marker)) for e in entries)
         ):
             if len(out) >= max_records:
                 break
@@ -324,6 +356,7 @@ class Consumer:
             UnstableOffsetCommitError: A transactional offset commit for the partition is
                 still pending after ``unstable_offset_timeout_ms`` (KIP-447).
         """
+        check_topic_partition(partition)
         table = self._group_table(create=False)
         if table is None:
             return None  # no offset was ever committed for the group
@@ -346,6 +379,7 @@ class Consumer:
         self._check_open()
         if offsets is None:
             offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items()}
+        offsets = check_offsets(offsets)
         if not offsets:
             return
         table = self._group_table()
@@ -362,8 +396,8 @@ class Consumer:
         """Commit in the background; ``callback(offsets, error)`` runs when it is done."""
         if offsets is None:
             offsets = {tp: OffsetAndMetadata(pos) for tp, pos in self._positions.items()}
+        frozen = check_offsets(offsets)  # a wrong type is the caller's error, raised here
         future: Future[None] = Future()
-        frozen = dict(offsets)
 
         def run() -> None:
             error: Exception | None = None

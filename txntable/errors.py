@@ -34,6 +34,10 @@ class TransientStorageError(StorageError):
     """A request whose outcome is unknown or that may succeed if retried (timeouts, 5xx, 409)."""
 
 
+class BucketNotFoundError(StorageError):
+    """The bucket (or container) of the warehouse does not exist."""
+
+
 class InvalidPathError(TxnTableError):
     """A key or URL would escape the warehouse root or is otherwise malformed."""
 
@@ -53,7 +57,11 @@ class CorruptLogError(TxnTableError):
         self.path = path
 
 
-class VersionNotAvailableError(TxnTableError):
+class VersionNotFoundError(TxnTableError):
+    """Time travel to a log version the table does not have (Delta's version-not-found)."""
+
+
+class VersionNotAvailableError(VersionNotFoundError):
     """Time travel to a version whose log was truncated by maintenance (outside the window)."""
 
     def __init__(self, version: int, earliest: int) -> None:
@@ -171,6 +179,11 @@ class InvalidConfigurationError(TxnTableError, ValueError):
 
 class InvalidOffsetError(TxnTableError, ValueError):
     """An offset given by the caller is negative or otherwise not a valid position."""
+
+
+class InvalidArgumentTypeError(TxnTableError, TypeError):
+    """An argument of a public call has the wrong type (e.g. an ``int`` where an
+    ``OffsetAndMetadata`` belongs)."""
 
 
 class SerializationError(TxnTableError, TypeError):

@@ -11,6 +11,7 @@ While one is pending, ``committed()`` reports the partition as unstable (KIP-447
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from txntable.actions import (
@@ -25,6 +26,7 @@ from txntable.actions import (
 )
 from txntable.errors import (
     IllegalGenerationError,
+    InvalidArgumentTypeError,
     InvalidOffsetError,
     InvalidProducerEpochError,
     ObjectExistsError,
@@ -33,7 +35,7 @@ from txntable.errors import (
 )
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.names import validate_id
-from txntable.records import TopicPartition
+from txntable.records import TopicPartition, check_topic_partition
 from txntable.snapshot import TableSnapshot
 from txntable.storage.base import Store
 from txntable.table import Table
@@ -58,6 +60,42 @@ class ConsumerGroupMetadata:
     group_id: str
     generation_id: int = -1
     member_id: str = ""
+
+
+def check_offsets(offsets: object) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Type-check the ``offsets`` argument of an offset commit, before any I/O.
+
+    Raises:
+        InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to
+            ``OffsetAndMetadata`` (of an ``int`` offset and ``str`` metadata).
+        InvalidOffsetError: An offset is negative.
+    """
+    if not isinstance(offsets, Mapping):
+        raise InvalidArgumentTypeError(
+            "offsets must be a dict of TopicPartition to OffsetAndMetadata, not "
+            f"{type(offsets).__name__}"
+        )
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, om in offsets.items():
+        check_topic_partition(tp, "an offsets key")
+        if not isinstance(om, OffsetAndMetadata):
+            raise InvalidArgumentTypeError(
+                f"the offset for {tp} must be an OffsetAndMetadata, not "
+                f"{type(om).__name__} {om!r:.60}"
+            )
+        if not isinstance(om.offset, int) or isinstance(om.offset, bool):
+            raise InvalidArgumentTypeError(
+                f"OffsetAndMetadata.offset for {tp} must be an int, not {type(om.offset).__name__}"
+            )
+        if not isinstance(om.metadata, str):
+            raise InvalidArgumentTypeError(
+                f"OffsetAndMetadata.metadata for {tp} must be a str, not "
+                f"{type(om.metadata).__name__}"
+            )
+        if om.offset < 0:
+            raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
+        out[tp] = om
+    return out
 
 
 def group_root(group_id: str) -> str:

@@ -40,7 +40,9 @@ from txntable.errors import (
     ObjectNotFoundError,
     StorageError,
     TransientStorageError,
+    TxnTableError,
     VersionNotAvailableError,
+    VersionNotFoundError,
 )
 from txntable.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
 from txntable.storage.base import Store
@@ -48,9 +50,11 @@ from txntable.storage.base import Store
 LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 #: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
-VERSION_NAME = re.compile(r"([0-9]{20})\.json")
 CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+#: Name of part ``i`` of ``n`` of a multi-part checkpoint (Delta's naming; 10-digit i and n).
 CHECKPOINT_PART_NAME = re.compile(r"([0-9]{20})\.checkpoint\.([0-9]{10})\.([0-9]{10})\.json")
+#: Name of a log version object.
+VERSION_NAME = re.compile(r"([0-9]{20})\.json")
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -73,6 +77,58 @@ class CommitPlan(Generic[T]):
     operation: str = "WRITE"
 
 
+@dataclass(frozen=True)
+class LogListing:
+    """What a LIST of a log directory holds: version and checkpoint numbers, ascending.
+
+    ``checkpoints`` holds the versions with a complete checkpoint (a single file, or every
+    part of a multi-part one); ``parts`` their part count (the largest complete set; 1 for a
+    single file).
+    """
+
+    versions: list[int]
+    checkpoints: list[int]
+    parts: dict[int, int] = field(default_factory=dict)
+
+    def above(self, version: int) -> LogListing:
+        """The part of the listing above ``version``."""
+        return LogListing(
+            [v for v in self.versions if v > version],
+            [c for c in self.checkpoints if c > version],
+            {c: n for c, n in self.parts.items() if c > version},
+        )
+
+    def parts_of(self, version: int) -> int:
+        """Part count of the checkpoint at ``version`` (1 if it is a single file)."""
+        return self.parts.get(version, 1)
+
+
+def find_gap(tip: int, listing: LogListing) -> tuple[int, str] | None:
+    """The first missing version above ``tip`` that a listing proves is missing (pure).
+
+    Versions are only ever created in order (version ``N+1`` by a writer that read ``N``),
+    and a checkpoint only for a committed version, so a listed version or checkpoint above
+    ``tip + k`` while ``tip + k`` is not listed means ``tip + k`` existed and was deleted.
+
+    Returns:
+        ``None``, or the missing version and what proves it (``"version 9"``, ``"checkpoint
+        9"``).
+    """
+    above = listing.above(tip)
+    newest = max(above.versions + above.checkpoints, default=None)
+    if newest is None:
+        return None
+    present = set(above.versions)
+    missing = tip + 1
+    while missing in present:
+        missing += 1
+    if missing > newest:
+        return None
+    if max(above.versions, default=-1) > missing:
+        return missing, f"version {max(above.versions)}"
+    return missing, f"checkpoint {max(above.checkpoints)}"
+
+
 @dataclass
 class CommitStats:
     """Counters a writer can inspect (attempts lost to other writers, ambiguous puts)."""
@@ -80,15 +136,6 @@ class CommitStats:
     conflicts: int = 0
     ambiguous: int = 0
     commits: int = 0
-
-
-@dataclass
-class LogListing:
-    """What one listing of ``_log/`` holds: version numbers, and checkpoints by version
-    with the part counts of their complete sets (1 for a single file)."""
-
-    versions: list[int] = field(default_factory=list)
-    checkpoints: dict[int, set[int]] = field(default_factory=dict)
 
 
 #: Actions per checkpoint part: a larger state is written in several parts.
@@ -126,6 +173,7 @@ class Log:
         max_attempts: int = config.COMMIT_MAX_ATTEMPTS_DEFAULT,
         backoff_ms: int = config.COMMIT_BACKOFF_MS_DEFAULT,
         backoff_max_ms: int = config.COMMIT_BACKOFF_MAX_MS_DEFAULT,
+        gap_check_interval_ms: int = config.LOG_GAP_CHECK_INTERVAL_MS_DEFAULT,
     ) -> None:
         self.store = store
         self.root = root
@@ -133,6 +181,10 @@ class Log:
         self.max_attempts = max_attempts
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
+        #: How often a handle that keeps refreshing (or committing) lists the log to make
+        #: sure the version its probe stopped at is really the newest (see ``check_tip``).
+        self.gap_check_interval_ms = gap_check_interval_ms
+        self._gap_checked_at: float | None = None
         self.stats = CommitStats()
         self.checkpoint_part_actions = CHECKPOINT_PART_ACTIONS
         self._lock = threading.Lock()
@@ -186,24 +238,32 @@ class Log:
             return None
         return (version, parts) if parts >= 1 else None
 
-    def listing(self) -> LogListing:
-        """One listing of ``_log/``: the versions and the complete checkpoints in it."""
-        listing = LogListing()
+    def listing(self, after: int | None = None) -> LogListing:
+        """Version and checkpoint numbers in the log directory (one LIST).
+
+        Without ``after`` this is O(log length) (maintenance, cold start without a hint).
+        With ``after``, the listing starts after version ``after``'s key, so in a healthy
+        log it returns only what is newer: its size does not grow with the history. Names
+        that are neither (``_last_checkpoint``, strays) are ignored.
+        """
+        prefix = f"{self.root}/{LOG_DIR}/"
+        start = None if after is None else self.version_key(after)
+        versions: list[int] = []
+        parts: dict[int, int] = {}
         multipart: dict[tuple[int, int], set[int]] = {}
-        for key in self.store.list(f"{self.root}/{LOG_DIR}/"):
-            name = key.rsplit("/", 1)[-1]
+        for key in self.store.list(prefix, start_after=start):
+            name = key[len(prefix) :]
             if match := VERSION_NAME.fullmatch(name):
-                listing.versions.append(int(match.group(1)))
+                versions.append(int(match.group(1)))
             elif match := CHECKPOINT_NAME.fullmatch(name):
-                listing.checkpoints.setdefault(int(match.group(1)), set()).add(1)
+                parts.setdefault(int(match.group(1)), 1)
             elif match := CHECKPOINT_PART_NAME.fullmatch(name):
                 v, i, n = (int(g) for g in match.groups())
                 multipart.setdefault((v, n), set()).add(i)
         for (v, n), found in multipart.items():
             if found == set(range(1, n + 1)):
-                listing.checkpoints.setdefault(v, set()).add(n)
-        listing.versions.sort()
-        return listing
+                parts[v] = max(parts.get(v, 1), n)
+        return LogListing(sorted(versions), sorted(parts), parts)
 
     def read_checkpoint(self, version: int, parts: int = 1) -> TableSnapshot | None:
         """Load the checkpoint at ``version`` (``None`` if it is missing or a v1 stub).
@@ -227,7 +287,10 @@ class Log:
         state = any(isinstance(a, PartitionStart) for a in actions[:3])
         if not state and parts == 1:
             first = actions[0]
-            if isinstance(first, Protocol) and first.minReaderVersion >= 2:
+            stub = isinstance(first, Protocol) and (
+                first.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+            )
+            if stub:
                 return None  # a stub telling v1 readers to refuse a multi-part checkpoint
         return load_checkpoint(version, actions, keys[0], state=state)
 
@@ -238,27 +301,30 @@ class Log:
         if hint is not None and (version is None or hint[0] <= version):
             yield hint
         # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
+        # The listing is kept: the load checks its tip against it instead of listing again.
         listing = self.listing()
         listed.append(listing)
-        for v in sorted(listing.checkpoints, reverse=True):
-            if version is not None and v > version:
-                continue
-            for parts in sorted(listing.checkpoints[v], reverse=True):  # multi-part first
-                if (v, parts) != hint:
-                    yield v, parts
+        for cp in sorted(listing.checkpoints, reverse=True):
+            candidate = (cp, listing.parts_of(cp))
+            if candidate != hint and (version is None or cp <= version):
+                yield candidate
 
     def load(self, version: int | None = None) -> TableSnapshot:
         """Load the snapshot at ``version`` (latest if ``None``): checkpoint, then the tail.
 
         A damaged checkpoint is skipped with a warning: checkpoints are derived data and the
-        log versions stay the source of truth.
+        log versions stay the source of truth. Where the tail ends the log is listed once
+        (see :meth:`check_tip`), so a deleted version is never mistaken for the end.
 
         Raises:
             ObjectNotFoundError: If the log has no version 0 (no such table).
-            VersionNotAvailableError: If ``version`` is older than the truncated log keeps.
-            CorruptLogError: If a log version is damaged, or the log is truncated and no
-                checkpoint that covers it is readable.
+            CorruptLogError: If a log version is damaged or missing, or the log is truncated
+                and no checkpoint that covers it is readable.
+            VersionNotFoundError: If ``version`` is beyond the newest version, or negative.
+            VersionNotAvailableError: If ``version`` is older than log cleanup kept.
         """
+        if version is not None and version < 0:
+            raise self._version_not_found(version)
         snap: TableSnapshot | None = None
         listed: list[LogListing] = []
         for cp, parts in self._checkpoint_candidates(version, listed):
@@ -277,9 +343,11 @@ class Log:
             snap.apply(0, actions, self.version_key(0))
             if version != 0:
                 self._check_not_truncated(listed, version)
-        self.refresh(snap, up_to=version)
+        self._probe(snap, up_to=version)
+        if version is None or snap.version < version:
+            self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
         if version is not None and snap.version != version:
-            raise CorruptLogError(f"version {version} does not exist (latest {snap.version})")
+            raise self._version_not_found(version, snap.version)
         return snap
 
     def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
@@ -296,12 +364,33 @@ class Log:
                 self.root,
             )
 
+    def _version_not_found(self, version: int, newest: int | None = None) -> VersionNotFoundError:
+        if newest is None:
+            try:
+                newest = self.load().version
+            except TxnTableError:
+                newest = None
+        available = "none" if newest is None else f"[0, {newest}]"
+        return VersionNotFoundError(
+            f"{self.root}: cannot time travel to version {version}; available versions: {available}"
+        )
+
     def refresh(self, snap: TableSnapshot, up_to: int | None = None) -> int:
         """Apply versions newer than ``snap.version`` in place; return how many.
 
         Probes ``version + 1``, ``version + 2``, … until one is missing, so a refresh costs
-        one request per new version plus one, whatever the length of the history.
+        one request per new version plus one, whatever the length of the history. At most
+        once per ``gap_check_interval_ms`` the miss is confirmed by :meth:`check_tip`.
+
+        Raises:
+            CorruptLogError: A version is damaged, or a check found one missing.
         """
+        applied = self._probe(snap, up_to)
+        if (up_to is None or snap.version < up_to) and self._gap_check_due():
+            applied += self.check_tip(snap, up_to)
+        return applied
+
+    def _probe(self, snap: TableSnapshot, up_to: int | None = None) -> int:
         applied = 0
         while up_to is None or snap.version < up_to:
             nxt = snap.version + 1
@@ -311,6 +400,42 @@ class Log:
             snap.apply(nxt, actions, self.version_key(nxt))
             applied += 1
         return applied
+
+    def _gap_check_due(self) -> bool:
+        if self._gap_checked_at is None:
+            return True
+        return (time.monotonic() - self._gap_checked_at) * 1000 >= self.gap_check_interval_ms
+
+    def check_tip(
+        self, snap: TableSnapshot, up_to: int | None = None, listing: LogListing | None = None
+    ) -> int:
+        """Make sure no version or checkpoint exists above a missing ``snap.version + 1``.
+
+        One LIST starting after the tip (or ``listing``, a listing of the whole log taken
+        earlier by the same load). Versions that arrived since the probe are applied; a
+        version or checkpoint beyond a missing one is a gap: someone deleted a version.
+
+        Returns:
+            How many versions were applied.
+
+        Raises:
+            CorruptLogError: Naming the missing version (its ``path`` is the version's key).
+        """
+        if listing is None:
+            listing = self.listing(after=snap.version)
+        self._gap_checked_at = time.monotonic()
+        gap = find_gap(snap.version, listing)
+        if gap is not None and (up_to is None or gap[0] <= up_to):
+            missing, proof = gap
+            raise CorruptLogError(
+                f"{self.root}: log version {missing} is missing, but {proof} exists: a "
+                "version was deleted; restore it (or the table) from a backup",
+                self.version_key(missing),
+            )
+        if listing.above(snap.version).versions:
+            # Versions written after the probe missed them: read them now.
+            return self._probe(snap, up_to)
+        return 0
 
     # --- writing --------------------------------------------------------------------------
 
@@ -324,7 +449,9 @@ class Log:
 
         ``build`` must be a pure function of the snapshot: it is called again after every
         lost race, against the refreshed snapshot, so validation and offset assignment
-        always happen against the version being written after.
+        always happen against the version being written after. A ``TxnTableError`` from
+        ``build`` is raised only once the snapshot is confirmed newest (by a refresh), so a
+        stale handle never refuses what the current table allows.
 
         Returns:
             The plan that was committed (or needed no write) and the version it is in
@@ -337,7 +464,18 @@ class Log:
         if snap.protocol is not None:
             check_protocol(snap.protocol, write=True)
         for attempt in range(self.max_attempts):
-            plan = build(snap)
+            if self._gap_check_due():
+                # Never write version N+1 into a hole left by a deleted version (the versions
+                # after it would join the log behind a different N+1).
+                self.check_tip(snap)
+            try:
+                plan = build(snap)
+            except TxnTableError:
+                # The attempt starts from a snapshot that may be stale (optimistic): a plan
+                # refused by validation is only final against the newest version.
+                if self.refresh(snap):
+                    continue
+                raise
             if not plan.actions:
                 # "Nothing to write" (all duplicates, markers already written) is only a
                 # valid conclusion against the newest version: a stale snapshot would not

@@ -49,27 +49,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-_POLICIES = {
-    "delete": (False, True),
-    "compact": (True, False),
-    "compact,delete": (True, True),
-    "delete,compact": (True, True),
-}
-
-
-def _int(conf: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    raw = conf.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidConfigurationError(f"{key} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise InvalidConfigurationError(f"{key} must be at least {minimum}, got {value}")
-    return value
-
-
 @dataclass(frozen=True)
 class MaintenanceConfig:
     """The maintenance settings of a table, parsed from its configuration."""
@@ -88,56 +67,33 @@ class MaintenanceConfig:
 
     @classmethod
     def parse(cls, conf: Mapping[str, str]) -> MaintenanceConfig:
-        """Parse a table configuration.
+        """Parse a table configuration (the keys of :data:`txntable.config.TABLE_CONFIG`).
 
         Raises:
-            InvalidConfigurationError: A maintenance key has a value Kafka would refuse.
+            InvalidConfigurationError: A maintenance key has a malformed value.
         """
-        policy = conf.get(config.CLEANUP_POLICY, config.CLEANUP_POLICY_DEFAULT)
-        if policy.replace(" ", "") not in _POLICIES:
-            raise InvalidConfigurationError(
-                f"{config.CLEANUP_POLICY} must be delete, compact or compact,delete; got {policy!r}"
-            )
-        compact, delete = _POLICIES[policy.replace(" ", "")]
-        raw_ratio = conf.get(config.MIN_CLEANABLE_DIRTY_RATIO)
-        ratio = config.MIN_CLEANABLE_DIRTY_RATIO_DEFAULT
-        if raw_ratio is not None:
-            try:
-                ratio = float(raw_ratio)
-            except ValueError:
-                ratio = -1.0
-            if not 0.0 <= ratio <= 1.0:
-                raise InvalidConfigurationError(
-                    f"{config.MIN_CLEANABLE_DIRTY_RATIO} must be in [0, 1], got {raw_ratio!r}"
-                )
+
+        def get(key: str) -> int:
+            value = config.table_setting(conf, key)
+            assert isinstance(value, int)
+            return value
+
+        policy = config.table_setting(conf, config.CLEANUP_POLICY)
+        assert isinstance(policy, frozenset)
+        ratio = config.table_setting(conf, config.MIN_CLEANABLE_DIRTY_RATIO)
+        assert isinstance(ratio, float)
         return cls(
-            segment_bytes=_int(conf, config.SEGMENT_BYTES, config.SEGMENT_BYTES_DEFAULT, 1),
-            compact=compact,
-            delete=delete,
-            retention_ms=_int(conf, config.RETENTION_MS, config.RETENTION_MS_DEFAULT, -1),
-            retention_bytes=_int(conf, config.RETENTION_BYTES, config.RETENTION_BYTES_DEFAULT, -1),
-            delete_retention_ms=_int(
-                conf, config.DELETE_RETENTION_MS, config.DELETE_RETENTION_MS_DEFAULT, 0
-            ),
+            segment_bytes=get(config.SEGMENT_BYTES),
+            compact="compact" in policy,
+            delete="delete" in policy,
+            retention_ms=get(config.RETENTION_MS),
+            retention_bytes=get(config.RETENTION_BYTES),
+            delete_retention_ms=get(config.DELETE_RETENTION_MS),
             min_cleanable_dirty_ratio=ratio,
-            producer_id_expiration_ms=_int(
-                conf, config.PRODUCER_ID_EXPIRATION_MS, config.PRODUCER_ID_EXPIRATION_MS_DEFAULT, 1
-            ),
-            version_retention_ms=_int(
-                conf,
-                config.VERSION_RETENTION_MS,
-                config.VERSION_RETENTION_MS_DEFAULT,
-                config.VERSION_RETENTION_MS_MIN,
-            ),
-            interval_ms=_int(
-                conf, config.MAINTENANCE_INTERVAL_MS, config.MAINTENANCE_INTERVAL_MS_DEFAULT, -1
-            ),
-            merge_min_entries=_int(
-                conf,
-                config.MAINTENANCE_MERGE_MIN_ENTRIES,
-                config.MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT,
-                2,
-            ),
+            producer_id_expiration_ms=get(config.PRODUCER_ID_EXPIRATION_MS),
+            version_retention_ms=get(config.VERSION_RETENTION_MS),
+            interval_ms=get(config.MAINTENANCE_INTERVAL_MS),
+            merge_min_entries=get(config.MAINTENANCE_MERGE_MIN_ENTRIES),
         )
 
     @classmethod
@@ -316,7 +272,7 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     keep: int | None = None
     for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):
         try:
-            cp = log.read_checkpoint(v, max(listing.checkpoints[v]))
+            cp = log.read_checkpoint(v, listing.parts_of(v))
         except TxnTableError as e:
             _log.warning("not cleaning the log up to damaged checkpoint %d: %s", v, e)
             continue
@@ -333,14 +289,14 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
         if 0 < v < keep:
             table.store.delete(log.version_key(v))
             report.versions_deleted += 1
-    for v, part_counts in sorted(listing.checkpoints.items()):
+    for v in listing.checkpoints:
         if v >= keep:
-            continue
-        for n in part_counts:
+            break
+        n = listing.parts_of(v)
+        if n > 1:
             for i in range(1, n + 1):
                 table.store.delete(log.checkpoint_key(v, i, n))
-            if n > 1:
-                table.store.delete(log.checkpoint_key(v))
+        table.store.delete(log.checkpoint_key(v))  # the single file, or the parts' stub
         report.checkpoints_deleted += 1
     return report
 

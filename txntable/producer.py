@@ -26,6 +26,7 @@ from txntable.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
+    InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
@@ -39,6 +40,7 @@ from txntable.errors import (
 from txntable.groups import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
+    check_offsets,
     open_group_table,
     plan_offset_commit,
 )
@@ -47,12 +49,12 @@ from txntable.maintenance import AutoMaintenance
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import Header, ProducerRecord, RecordMetadata, TopicPartition, encode_segment
-from txntable.recovery import abort_if_expired
+from txntable.recovery import StuckTransactionFinisher
 from txntable.retry import retry_transient
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.vacuum import new_segment_name
-from txntable.warehouse import Warehouse
+from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
 T = TypeVar("T")
@@ -71,6 +73,7 @@ def _make_record(
         SerializationError: A key, value or header value that is not bytes (or None), a
             header key that is not a string, or a timestamp that is not a non-negative int.
     """
+
     def as_bytes(name: str, v: object) -> bytes | None:
         if v is None:
             return None
@@ -130,6 +133,12 @@ class Producer:
         auto_maintenance: After its commits, check (at most once per the table's
             ``maintenance.interval.ms``) whether a table needs merge or retention, and run
             ``Table.maintain`` in a background thread if so (never on the commit path).
+
+    Raises:
+        InvalidConfigurationError: An argument has the wrong type or is out of range (see
+            :data:`txntable.config.PRODUCER_ARGUMENTS`); the message names it.
+        InvalidTableNameError: The transactional id has characters outside
+            ``[A-Za-z0-9._-]``.
     """
 
     def __init__(
@@ -143,9 +152,11 @@ class Producer:
         max_block_ms: int = config.MAX_BLOCK_MS_DEFAULT,
         max_request_size: int = config.MAX_REQUEST_SIZE_DEFAULT,
         transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
-        delivery_timeout_ms: int = 120_000,
+        delivery_timeout_ms: int = config.DELIVERY_TIMEOUT_MS_DEFAULT,
         auto_maintenance: bool = True,
     ) -> None:
+        require_warehouse(warehouse)
+        config.validate_arguments(config.PRODUCER_ARGUMENTS, locals())
         if transactional_id is not None and not enable_idempotence:
             raise InvalidConfigurationError("transactions need enable_idempotence=True")
         self.warehouse = warehouse
@@ -168,7 +179,19 @@ class Producer:
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
-        self._expiry_deadlines: dict[str, int] = {}
+        self._finisher = (
+            StuckTransactionFinisher(
+                self.coordinator,
+                grace_ms=warehouse.stuck_transaction_grace_ms,
+                abort_expired=True,
+                # An object that gave no deadline (the transaction completed meanwhile) is
+                # looked at again only after a while, never on every flush.
+                recheck_ms=max(1000, transaction_timeout_ms // 10),
+                own_id=transactional_id,
+            )
+            if warehouse.finish_stuck_transactions
+            else None
+        )
         self._sender_error: Exception | None = None
         self._groups: dict[str, Table | None] = {}
         self._tables: dict[str, Table] = {}
@@ -324,7 +347,7 @@ class Producer:
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
         for topic in by_table:
-            self._abort_expired_transactions(self._table(topic))
+            self._finish_stuck_transactions(self._table(topic))
 
     @staticmethod
     def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
@@ -370,12 +393,17 @@ class Producer:
             ProducerFencedError: The producer was fenced.
         """
         txn = self._require_txn()
+        offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
+        if isinstance(group_metadata, str):
+            meta = ConsumerGroupMetadata(group_metadata)
+        elif isinstance(group_metadata, ConsumerGroupMetadata):
+            meta = group_metadata
+        else:
+            raise InvalidArgumentTypeError(
+                "group_metadata must be a ConsumerGroupMetadata (consumer.group_metadata()) or "
+                f"a group id, not {type(group_metadata).__name__}"
+            )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
-        meta = (
-            group_metadata
-            if isinstance(group_metadata, ConsumerGroupMetadata)
-            else ConsumerGroupMetadata(group_metadata)
-        )
         assert self.transactional_id is not None
         tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
 
@@ -485,11 +513,22 @@ class Producer:
             ) from self._sender_error
         if self.txn is not None:
             self.txn.require("send", _C.IN_TRANSACTION)
+        if not isinstance(topic, str):
+            raise InvalidArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+        if partition is not None and not config.is_int(partition):
+            raise InvalidArgumentTypeError(
+                f"partition must be an int or None, not {type(partition).__name__}"
+            )
         record = _make_record(key, value, headers, timestamp)
         size = record.size_in_bytes()
-        if size > self.max_request_size or size > self.buffer_memory:
+        if size > self.max_request_size:
             raise RecordTooLargeError(
                 f"record of {size} bytes is larger than max_request_size {self.max_request_size}"
+            )
+        if size > self.buffer_memory:
+            raise RecordTooLargeError(
+                f"record of {size} bytes is larger than the whole buffer: buffer_memory is "
+                f"{self.buffer_memory}"
             )
         table = self._tables.get(topic) or self._blocking(
             f"loading table {topic}", lambda: self._table(topic)
@@ -739,39 +778,24 @@ class Producer:
             lambda: table.append(pending, transactional_id=self.transactional_id)
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
-        self._abort_expired_transactions(table)
+        self._finish_stuck_transactions(table)
         if self._maintenance is not None:
             self._maintenance.after_commit(table)
         for d, base in zip(items, result.base_offsets, strict=True):
             for i, (r, f) in enumerate(zip(d.records, d.futures, strict=True)):
                 f.set_result(RecordMetadata(topic, d.tp.partition, base + i, r.timestamp))
 
-    def _abort_expired_transactions(self, table: Table) -> None:
-        """Abort other producers' transactions that pin this table's LSO past their timeout.
+    def _finish_stuck_transactions(self, table: Table) -> None:
+        """Finish other producers' transactions that pin this table's LSO.
 
-        Kafka's coordinator expires transactions itself; here whichever writer notices first
-        does it. Each open transaction's coordinator object is read once and then not again
-        before its deadline, so this costs nothing while no transaction is stuck.
+        Kafka's coordinator expires and completes transactions itself; here whichever
+        client notices first does it: an Ongoing one past its timeout is aborted, a
+        prepared one older than the grace period is completed. Each open transaction's
+        coordinator object is read once and then not again before its deadline, so this
+        costs nothing while no transaction is stuck (see ``StuckTransactionFinisher``).
         """
-        now = now_ms()
-        candidates: dict[str, int] = {}
-        for part in table.snapshot(refresh=False).partitions:
-            if part.ongoing:
-                candidates.update(part.open_transaction_ids())
-        for tid in candidates:
-            if tid == self.transactional_id or now < self._expiry_deadlines.get(tid, 0):
-                continue
-            try:
-                deadline = abort_if_expired(self.coordinator, tid, now)
-            except TxnTableError as e:
-                # The producer's own data is committed; failing its send over someone else's
-                # transaction would be wrong. recover() reports such failures.
-                _log.warning("could not expire the transaction of %s: %s", tid, e)
-                deadline = now + self.transaction_timeout_ms
-            # None: aborted now, or not Ongoing at the coordinator (its markers are still on
-            # their way). Either way look again only after a while, never on every flush.
-            recheck = now + max(1000, self.transaction_timeout_ms // 10)
-            self._expiry_deadlines[tid] = recheck if deadline is None else deadline
+        if self._finisher is not None:
+            self._finisher.check(table.snapshot(refresh=False))
 
     def _put_segment(self, path: str, data: bytes) -> None:
         self._retry(lambda: self.store.put_data_file(path, data))

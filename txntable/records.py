@@ -8,6 +8,7 @@ computes them as the batch's base offset plus the row index.
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 
 from txntable.errors import (
     CorruptLogError,
+    InvalidArgumentTypeError,
     MissingSegmentError,
     ObjectNotFoundError,
     SchemaMismatchError,
@@ -50,6 +52,33 @@ class TopicPartition:
 
     topic: str
     partition: int
+
+
+def check_topic_partition(tp: object, what: str = "partition") -> TopicPartition:
+    """``tp`` if it is a :class:`TopicPartition`.
+
+    Raises:
+        InvalidArgumentTypeError: Otherwise (a tuple, a string, a partition number, ...).
+    """
+    if not isinstance(tp, TopicPartition):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a TopicPartition, not {type(tp).__name__} {tp!r:.60}"
+        )
+    return tp
+
+
+def check_topic_partitions(tps: object, what: str = "partitions") -> list[TopicPartition]:
+    """A list of the :class:`TopicPartition` in the iterable ``tps``.
+
+    Raises:
+        InvalidArgumentTypeError: ``tps`` is a single partition, a string, not iterable, or
+            holds something else.
+    """
+    if isinstance(tps, TopicPartition | str | bytes) or not isinstance(tps, Iterable):
+        raise InvalidArgumentTypeError(
+            f"{what} must be a list of TopicPartition, not {type(tps).__name__} {tps!r:.60}"
+        )
+    return [check_topic_partition(tp, f"each of {what}") for tp in tps]
 
 
 @dataclass(frozen=True)

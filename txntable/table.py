@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, TypeVar
 from txntable import config
 from txntable.actions import Action, AppTxn, Batch, LogStart
 from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
-from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable.errors import (
+    InvalidArgumentTypeError,
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+)
 from txntable.log import CommitPlan, Log, now_ms
 from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
@@ -23,6 +27,7 @@ if TYPE_CHECKING:
         MaintenanceReport,
     )
     from txntable.merge import RewriteReport
+    from txntable.recovery import StuckTransactionFinisher
     from txntable.retention import ExpiryReport, RetentionReport
     from txntable.vacuum import VacuumReport
     from txntable.verify import VerifyReport
@@ -86,12 +91,9 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
     Raises:
         InvalidConfigurationError: If it is not a non-negative integer.
     """
-    raw = configuration.get(config.CHECKPOINT_INTERVAL, str(config.CHECKPOINT_INTERVAL_DEFAULT))
-    if not raw.isdigit():
-        raise InvalidConfigurationError(
-            f"{config.CHECKPOINT_INTERVAL} must be a non-negative integer, got {raw!r}"
-        )
-    return int(raw)
+    value = config.table_setting(configuration, config.CHECKPOINT_INTERVAL)
+    assert isinstance(value, int)
+    return value
 
 
 def plan_delete_records(
@@ -121,10 +123,17 @@ class Table:
     under them take their own handle.
     """
 
-    def __init__(self, store: Store, name: str, log: Log | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        log: Log | None = None,
+        finisher: StuckTransactionFinisher | None = None,
+    ) -> None:
         self.store = store
         self.name = name
         self.log = log or Log(store, name)
+        self._finisher = finisher
         self._lock = threading.RLock()
         self._snapshot: TableSnapshot | None = None
 
@@ -150,6 +159,22 @@ class Table:
             # Written by another client: a reader must still read; use the default.
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
+
+    def finish_stuck_transactions(self) -> bool:
+        """Complete prepared transactions that dead producers left pinning the LSO.
+
+        What readers call after a refresh (``describe``, the consumer's poll, Spark
+        planning): cheap, since each stuck transactional id's coordinator object is read at
+        most once per grace period (see :class:`~txntable.recovery.StuckTransactionFinisher`);
+        nothing at all when the warehouse was opened with ``finish_stuck_transactions=False``.
+
+        Returns:
+            Whether a transaction was completed (the snapshot was then refreshed).
+        """
+        if self._finisher is None or not self._finisher.check(self.snapshot(refresh=False)):
+            return False
+        self.snapshot()
+        return True
 
     def snapshot_at(self, version: int) -> TableSnapshot:
         """A new snapshot as of ``version`` (time travel)."""
@@ -213,7 +238,17 @@ class Table:
         Raises:
             OffsetOutOfRangeError: An offset is above the partition's high watermark.
             UnknownTopicOrPartitionError: A partition does not exist.
+            InvalidArgumentTypeError: A partition or offset is not an ``int``.
         """
+
+        if not isinstance(offsets, Mapping):
+            raise InvalidArgumentTypeError(
+                f"offsets must be a dict of partition to offset, not {type(offsets).__name__}"
+            )
+        for partition, offset in offsets.items():
+            for what, v in (("partition", partition), ("offset", offset)):
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise InvalidArgumentTypeError(f"a {what} must be an int, not {v!r:.40}")
 
         def build(s: TableSnapshot) -> CommitPlan[dict[int, int]]:
             return plan_delete_records(s, offsets)
@@ -311,10 +346,13 @@ class Table:
     def describe(self) -> TableDescription:
         """Per partition: offsets, open transactions, producers and segments.
 
-        Costs O(entries) of the partition (it counts segments): an inspection call, not for
-        a hot path.
+        A prepared transaction that a dead producer left pinning the LSO is completed first
+        (see :meth:`finish_stuck_transactions`). Costs O(entries) of the partition (it
+        counts segments): an inspection call, not for a hot path.
         """
-        snap = self.snapshot()
+        self.snapshot()
+        self.finish_stuck_transactions()
+        snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
         return TableDescription(
             name=self.name,

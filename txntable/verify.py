@@ -794,7 +794,7 @@ def verify_log(
             report.versions_checked += 1
             if version in checkpoints:
                 report.checkpoints_checked += 1
-                parts = listing.checkpoints[version]
+                parts = listing.parts_of(version)
                 report.add(_check_checkpoint(log, version, parts, checker.snapshot))
             done += 1
             if progress is not None:
@@ -826,7 +826,7 @@ def _start_from_checkpoint(
     first = versions[0] if versions else max(listing.checkpoints) + 1
     for c in sorted(c for c in listing.checkpoints if c >= first - 1):
         try:
-            snap = log.read_checkpoint(c, max(listing.checkpoints[c]))
+            snap = log.read_checkpoint(c, listing.parts_of(c))
         except CorruptLogError:
             continue
         if snap is not None:
@@ -857,11 +857,11 @@ def _read_segment(log: Log, entry: Batch | Segment) -> list[Violation]:
 
 
 def _check_checkpoint(
-    log: Log, version: int, parts: set[int], expected: TableSnapshot
+    log: Log, version: int, parts: int, expected: TableSnapshot
 ) -> list[Violation]:
-    key = log.checkpoint_key(version, 1, max(parts))
+    key = log.checkpoint_key(version, 1, parts)
     try:
-        got = log.read_checkpoint(version, max(parts))
+        got = log.read_checkpoint(version, parts)
     except CorruptLogError as e:
         return [Violation("checkpoint.corrupt", str(e), version, path=key)]
     if got is None:

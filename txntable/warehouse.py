@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from txntable.actions import (
 )
 from txntable.coordinator import TransactionCoordinator, TransactionListing
 from txntable.errors import (
+    InvalidArgumentTypeError,
     InvalidConfigurationError,
     ObjectExistsError,
     TableExistsError,
@@ -26,9 +28,9 @@ from txntable.errors import (
 from txntable.groups import GroupDescription, describe_group, group_root, list_groups
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
-from txntable.recovery import RecoveryReport, recover
+from txntable.recovery import RecoveryReport, StuckTransactionFinisher, recover
 from txntable.storage.base import Store
-from txntable.table import Table, checkpoint_interval
+from txntable.table import Table
 
 if TYPE_CHECKING:
     from txntable.verify import VerifyReport
@@ -45,6 +47,14 @@ class Warehouse:
             :func:`~txntable.storage.storage_option_names`).
         store: A store to use instead of opening ``url`` (e.g. a counting or fault-injecting
             wrapper).
+        finish_stuck_transactions: Whether readers and writers of this warehouse complete
+            a PrepareCommit / PrepareAbort that a dead producer left pinning a table's LSO
+            (after ``stuck_transaction_grace_ms``), and producers abort other producers'
+            transactions past their timeout. Set it to false for credentials that may only
+            read: nothing is then written on a reader's behalf, and stuck transactions wait
+            for ``recover()`` or their producer's restart.
+        stuck_transaction_grace_ms: How long a prepared transaction is left to its
+            producer before others complete it.
     """
 
     def __init__(
@@ -52,6 +62,8 @@ class Warehouse:
         url: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         store: Store | None = None,
+        finish_stuck_transactions: bool = config.FINISH_STUCK_TRANSACTIONS_DEFAULT,
+        stuck_transaction_grace_ms: int = config.STUCK_TRANSACTION_GRACE_MS_DEFAULT,
     ) -> None:
         if store is not None and storage_options:
             raise InvalidConfigurationError(
@@ -67,23 +79,52 @@ class Warehouse:
         self.store = store
         self.url = url or store.url
         self.storage_options = dict(storage_options or {})
+        self.finish_stuck_transactions = finish_stuck_transactions
+        self.stuck_transaction_grace_ms = stuck_transaction_grace_ms
+        self._finisher: StuckTransactionFinisher | None = None
+        self._finisher_lock = threading.Lock()
+
+    def _reader_finisher(self) -> StuckTransactionFinisher | None:
+        """The finisher the warehouse's table handles share (``None`` when turned off)."""
+        if not self.finish_stuck_transactions:
+            return None
+        with self._finisher_lock:
+            if self._finisher is None:
+                from txntable.coordinator import TransactionCoordinator
+
+                # Readers only complete decided (prepared) transactions; aborting expired
+                # ones is left to writers, which Kafka's coordinator plays here.
+                self._finisher = StuckTransactionFinisher(
+                    TransactionCoordinator(self.store),
+                    grace_ms=self.stuck_transaction_grace_ms,
+                    abort_expired=False,
+                    recheck_ms=max(1000, self.stuck_transaction_grace_ms),
+                )
+            return self._finisher
 
     def create_table(
         self, name: str, partitions: int = 1, configuration: Mapping[str, str] | None = None
     ) -> Table:
         """Create a table with the default record schema (key, value, headers, timestamp).
 
+        Args:
+            name: The table name (Kafka's topic rules, no leading ``_``).
+            partitions: Number of partitions.
+            configuration: Table configuration (see :data:`txntable.config.TABLE_CONFIG`),
+                values as strings or integers.
+
         Raises:
             InvalidTableNameError: If the name is illegal.
+            InvalidConfigurationError: If a configuration key is unknown or not implemented
+                yet, or a value is malformed.
             TableExistsError: If the table exists.
         """
         validate_table_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions <= 0:
             raise InvalidConfigurationError("partitions must be a positive integer")
-        checkpoint_interval(configuration or {})  # reject a bad value before it is written
-        from txntable.maintenance import MaintenanceConfig
-
-        MaintenanceConfig.parse(configuration or {})
+        # Unknown keys, malformed values and features not built yet are refused here,
+        # before anything is written.
+        settings = config.validate_table_configuration(configuration)
         log = Log(self.store, name)
         actions: list[Action] = [
             Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
@@ -92,7 +133,7 @@ class Warehouse:
                 name=name,
                 partitions=partitions,
                 createdTime=now_ms(),
-                configuration=dict(configuration or {}),
+                configuration=settings,
             ),
             CommitInfo(now_ms(), "CREATE TABLE", uuid.uuid4().hex),
         ]
@@ -100,17 +141,19 @@ class Warehouse:
             self.store.put_if_absent(log.version_key(0), encode_actions(actions))
         except ObjectExistsError:
             raise TableExistsError(f"table {name!r} already exists") from None
-        return Table(self.store, name, log)
+        return Table(self.store, name, log, finisher=self._reader_finisher())
 
     def table(self, name: str) -> Table:
         """A new handle on table ``name``.
 
         Raises:
             TableNotFoundError: If there is no such table.
+            BucketNotFoundError: If the warehouse's bucket does not exist.
         """
         validate_table_name(name)
-        table = Table(self.store, name)
+        table = Table(self.store, name, finisher=self._reader_finisher())
         if not table.log.exists():
+            self.store.check_root()  # a missing bucket is reported as such
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table
 
@@ -161,3 +204,17 @@ class Warehouse:
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
+
+
+def require_warehouse(warehouse: object) -> Warehouse:
+    """``warehouse`` if it is a :class:`Warehouse` (what clients are constructed with).
+
+    Raises:
+        InvalidArgumentTypeError: Otherwise (a URL string, a store, ...).
+    """
+    if not isinstance(warehouse, Warehouse):
+        raise InvalidArgumentTypeError(
+            f"warehouse must be a Warehouse, not {type(warehouse).__name__} (open one with "
+            "Warehouse(url))"
+        )
+    return warehouse

@@ -258,3 +258,22 @@ def test_delete_records_moves_the_log_start_offset(wh: Warehouse) -> None:
     assert [(r.offset, r.value) for r in c.poll(max_records=10)[tp]] == [(4, b"4"), (5, b"5")]
     c.seek_to_beginning()
     assert c.position(tp) == 4
+
+
+def test_delete_records_on_a_stale_handle_validates_against_the_newest_version(
+    wh: Warehouse,
+) -> None:
+    wh.create_table("d", partitions=1)
+    stale = wh.table("d")
+    assert stale.describe().partitions[0].high_watermark == 0  # cached: high watermark 0
+    with Producer(Warehouse(store=wh.store)) as p:
+        for i in range(7):
+            p.send("d", value=b"%d" % i)
+    assert stale.delete_records({0: 5}) == {0: 5}
+    assert stale.delete_records({0: -1}) == {0: 7}
+    assert wh.table("d").describe().partitions[0].log_start_offset == 7
+    # Out of range against the newest version too: still refused, and nothing written.
+    version = stale.describe().version
+    with pytest.raises(OffsetOutOfRangeError, match="high watermark is 7"):
+        stale.delete_records({0: 8})
+    assert wh.table("d").describe().version == version

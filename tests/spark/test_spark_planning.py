@@ -5,6 +5,7 @@ No SparkSession: tables live in memory stores and are written through the real c
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pyarrow as pa
@@ -280,12 +281,120 @@ def test_streaming_read_options() -> None:
 
 
 def test_write_options() -> None:
-    opts = parse_write_options({"warehouse": "/l", "table": "t", "txnAppId": "etl"})
+    loc = {"warehouse": "/l", "table": "t"}
+    opts = parse_write_options({**loc, "txnAppId": "etl"}, streaming=True)
     assert (opts.location.warehouse_url, opts.location.table, opts.txn_app_id) == ("/l", "t", "etl")
+    opts = parse_write_options({**loc, "txnappid": "etl", "txnversion": "7"})
+    assert (opts.txn_app_id, opts.txn_version) == ("etl", 7)
     with pytest.raises(InvalidConfigurationError):
         parse_write_options({})
     with pytest.raises(InvalidConfigurationError):
         parse_write_options({"path": "/l/t", "table": "u"})
+    # Delta's idempotent batch write needs both (alone, either would be ignored).
+    for one in ({"txnAppId": "etl"}, {"txnVersion": "1"}):
+        with pytest.raises(InvalidConfigurationError, match="both txnAppId and txnVersion"):
+            parse_write_options({**loc, **one})
+    with pytest.raises(InvalidConfigurationError, match="txnVersion must be >= 0"):
+        parse_write_options({**loc, "txnAppId": "etl", "txnVersion": "-1"})
+    with pytest.raises(InvalidConfigurationError, match="txnVersion does not apply to a stream"):
+        parse_write_options({**loc, "txnVersion": "1"}, streaming=True)
+    stream = {**loc, "checkpointlocation": "/ck", "queryname": "q"}
+    assert parse_write_options(stream, streaming=True).txn_app_id is None
+    with pytest.raises(InvalidConfigurationError, match="checkpointLocation does not apply"):
+        parse_write_options({**loc, "checkpointLocation": "/ck"})
+
+
+# --- unknown and unsupported options are refused, never ignored -----------------------------
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "stream"])
+def test_unknown_read_options_are_refused_listing_the_accepted_ones(streaming: bool) -> None:
+    what = "a streaming read" if streaming else "a batch read"
+    with pytest.raises(
+        InvalidConfigurationError,
+        match=rf"unknown option 'kafka.bootstrap.servers' for {what}; accepted: .*"
+        r"failOnDataLoss, .*startingOffsets, .*and storage.<storage option>",
+    ):
+        parse_read_options({"path": "/l/t", "kafka.bootstrap.servers": "b:9092"}, streaming)
+
+
+@pytest.mark.parametrize("name", ["subscribe", "assign", "subscribePattern", "SUBSCRIBE"])
+def test_kafka_topic_selection_options_are_refused(name: str) -> None:
+    with pytest.raises(InvalidConfigurationError, match="path .* names the one table"):
+        parse_read_options({"path": "/l/t", name: "t"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingTimestamp",
+        "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "timestampAsOf",
+    ],
+)
+def test_timestamp_options_are_refused_until_implemented(name: str) -> None:
+    with pytest.raises(InvalidConfigurationError, match="time-based positions are not implemented"):
+        parse_read_options({"path": "/l/t", name: "1700000000000"})
+
+
+def test_options_of_the_other_mode_are_refused() -> None:
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxFilesPerTrigger"):
+        with pytest.raises(InvalidConfigurationError, match=f"{name} does not apply to a batch"):
+            parse_read_options({"path": "/l/t", name: "5"})
+    for name in ("endingOffsets", "versionAsOf"):
+        with pytest.raises(InvalidConfigurationError, match=f"{name} does not apply to a stream"):
+            parse_read_options({"path": "/l/t", name: "1"}, streaming=True)
+    with pytest.raises(InvalidConfigurationError, match="txnAppId does not apply to a batch read"):
+        parse_read_options({"path": "/l/t", "txnAppId": "x"})
+
+
+def test_storage_options_pass_to_the_storage_layer() -> None:
+    opts = parse_read_options({"path": "s3://b/l/t", "storage.s3.region": "eu-west-1"})
+    assert opts.location.storage_options == {"s3.region": "eu-west-1"}
+    # An unknown storage option is the storage layer's to refuse, in its own words.
+    with pytest.raises(InvalidConfigurationError) as info:
+        parse_read_options({"path": "s3://b/l/t", "storage.s3.regoin": "eu-west-1"})
+    assert "s3.regoin" in str(info.value) and "for a batch read" not in str(info.value)
+
+
+def test_kafka_isolation_level_spelling_is_honoured() -> None:
+    opts = parse_read_options({"path": "/l/t", "kafka.isolation.level": "read_uncommitted"})
+    assert not opts.read_committed
+    assert parse_read_options({"path": "/l/t", "kafka.isolation.level": "read_committed"})
+    with pytest.raises(InvalidConfigurationError, match="isolation level options disagree"):
+        parse_read_options(
+            {
+                "path": "/l/t",
+                "kafka.isolation.level": "read_uncommitted",
+                "isolation.level": "read_committed",
+            }
+        )
+
+
+def test_trigger_options_parsed() -> None:
+    base = {"path": "/l/t"}
+    opts = parse_read_options({**base, "minOffsetsPerTrigger": "10"}, streaming=True)
+    assert (opts.min_offsets_per_trigger, opts.max_trigger_delay_ms) == (10, 15 * 60 * 1000)
+    for text, ms in (("30s", 30_000), ("500ms", 500), ("2m", 120_000), ("1h", 3_600_000)):
+        opts = parse_read_options(
+            {**base, "minOffsetsPerTrigger": "10", "maxTriggerDelay": text}, streaming=True
+        )
+        assert opts.max_trigger_delay_ms == ms
+    bad = [
+        {"minOffsetsPerTrigger": "10", "maxTriggerDelay": "soon"},
+        {"minOffsetsPerTrigger": "10", "maxTriggerDelay": "-5s"},
+        {"maxTriggerDelay": "1m"},  # only meaningful with minOffsetsPerTrigger
+        {"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+        {"maxFilesPerTrigger": "0"},
+    ]
+    for extra in bad:
+        with pytest.raises(InvalidConfigurationError):
+            parse_read_options({**base, **extra}, streaming=True)
+    opts = parse_read_options({**base, "maxFilesPerTrigger": "3"}, streaming=True)
+    assert opts.max_files_per_trigger == 3
 
 
 # --- executor scan ---------------------------------------------------------------------------
@@ -407,3 +516,83 @@ def test_stream_reader_rate_limit_and_available_now(mixed: TableWriter) -> None:
     # One handle whose snapshot is refreshed in place: no reload per micro-batch.
     assert reader._table is table and table is not None
     assert table.snapshot(refresh=False) is snap and snap.version == mixed.table.snapshot().version
+
+
+def test_max_files_per_trigger_admits_that_many_segments(mixed: TableWriter) -> None:
+    """Visible segments below the LSO: p0 [0-3] [7-8] [10], p1 [3-5] (aborted ones are
+    skipped, not counted). Two per trigger, partitions in turn."""
+    from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+    from txntable_spark.stream import TxnTableStreamReader
+
+    loc = {"path": f"{mixed.warehouse.url}/orders", "startingOffsets": "earliest"}
+    reader = TxnTableStreamReader(parse_read_options({**loc, "maxFilesPerTrigger": "2"}, True))
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxFiles(2)
+    start = reader.initialOffset()
+    ends = []
+    while (end := reader.latestOffset(start, limit)) != start:
+        planned = [s for p in reader.partitions(start, end) for s in p.slices]  # type: ignore[attr-defined]
+        assert len(planned) <= 2
+        ends.append(end)
+        start = end
+    assert ends == [{"0": 7, "1": 6}, {"0": 12, "1": 6}]
+    # A trigger that must read everything ignores the option.
+    fresh = TxnTableStreamReader(parse_read_options({**loc, "maxFilesPerTrigger": "1"}, True))
+    assert fresh.latestOffset(fresh.initialOffset(), ReadAllAvailable()) == {"0": 12, "1": 6}
+
+
+def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay(mixed: TableWriter) -> None:
+    from pyspark.sql.streaming.datasource import ReadMinRows
+
+    from txntable_spark.stream import TxnTableStreamReader
+
+    loc = {"path": f"{mixed.warehouse.url}/orders", "startingOffsets": "earliest"}
+    options = {**loc, "minOffsetsPerTrigger": "5", "maxTriggerDelay": "300ms"}
+    reader = TxnTableStreamReader(parse_read_options(options, True))
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMinRows(5)
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, limit)  # never triggered before: not delayed
+    assert first == {"0": 12, "1": 6}
+    mixed.batch(1, [rec(500), rec(501)])  # 2 new offsets < 5
+    assert reader.latestOffset(first, limit) == first  # wait for more
+    time.sleep(0.35)
+    assert reader.latestOffset(first, limit) == {"0": 12, "1": 8}  # the delay is over
+    mixed.batch(1, [rec(600 + i) for i in range(5)])  # 5 new offsets: at once
+    assert reader.latestOffset({"0": 12, "1": 8}, limit) == {"0": 12, "1": 13}
+    # AvailableNow never waits for data that will not come.
+    mixed.batch(1, [rec(700)])
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset({"0": 12, "1": 13}, limit) == {"0": 12, "1": 14}
+
+
+def test_include_headers_false_drops_the_column(mixed: TableWriter) -> None:
+    from txntable_spark.schema import ARROW_SCHEMA_NO_HEADERS, spark_schema
+    from txntable_spark.source import TxnTableDataSource, TxnTableReader
+
+    path = f"{mixed.warehouse.url}/orders"
+    source = TxnTableDataSource({"path": path, "includeheaders": "false"})
+    names = ["key", "value", "topic", "partition", "offset", "timestamp"]
+    assert source.schema().fieldNames() == names
+    assert source.schema() == spark_schema(False)
+    reader = source.reader(source.schema())
+    assert isinstance(reader, TxnTableReader) and not reader.opts.include_headers
+    batches = [b for p in reader.partitions() for b in reader.read(p)]
+    assert batches and all(b.schema.equals(ARROW_SCHEMA_NO_HEADERS) for b in batches)
+    assert sum(b.num_rows for b in batches) == len(mixed.expected())
+    with pytest.raises(InvalidConfigurationError, match="fixed schema"):
+        source.reader(spark_schema(True))
+
+
+def test_version_as_of_beyond_the_newest_names_the_range(mixed: TableWriter) -> None:
+    from txntable.errors import VersionNotFoundError
+    from txntable_spark.source import load_snapshot
+
+    newest = mixed.table.snapshot().version
+    opts = _opts(mixed.warehouse, "orders", versionAsOf=str(newest + 5))
+    with pytest.raises(
+        VersionNotFoundError,
+        match=rf"cannot time travel to version {newest + 5}; available versions: \[0, {newest}\]",
+    ):
+        load_snapshot(opts)

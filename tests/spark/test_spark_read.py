@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import pytest
@@ -181,3 +182,38 @@ def test_read_committed_from_s3(spark: Any, s3_store: Any) -> None:
     assert spark_rows(df) == tw.expected()
     plan = df._jdf.queryExecution().toString()
     assert "testing-secret" not in plan
+
+
+def test_read_options_are_honoured_or_refused(spark: Any, lake: str) -> None:
+    tw = _mixed(lake)
+    path = f"{lake}/orders"
+    # Spark's Kafka-source spelling of the isolation level.
+    got = spark_rows(_load(spark, path, **{"kafka.isolation.level": "read_uncommitted"}))
+    assert got == tw.expected(read_committed=False)
+    # includeHeaders=false: no headers column, the rest unchanged.
+    df = _load(spark, path, includeHeaders="false")
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp"]
+    want = [(r[0], r[1], r[3]) for r in tw.expected()]
+    got_rows = sorted(
+        (r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"]))
+        for r in df.collect()
+    )
+    assert got_rows == want
+    # Never ignored: refused with the reason or the accepted options.
+    for options, message in (
+        ({"subscribe": "orders"}, "names the one table"),
+        ({"startingTimestamp": "1700000000000"}, "time-based positions are not implemented"),
+        ({"kafka.bootstrap.servers": "b:9092"}, "unknown option .* accepted: "),
+        ({"maxOffsetsPerTrigger": "5"}, "does not apply to a batch read"),
+    ):
+        with pytest.raises(Exception, match="InvalidConfigurationError") as info:
+            _load(spark, path, **options).collect()
+        assert re.search(message, str(info.value)), str(info.value)[:2000]
+
+
+def test_version_as_of_beyond_the_newest_is_version_not_found(spark: Any, lake: str) -> None:
+    tw = _mixed(lake)
+    newest = tw.table.snapshot().version
+    with pytest.raises(Exception, match="VersionNotFoundError") as info:
+        _load(spark, f"{lake}/orders", versionAsOf=str(newest + 1)).collect()
+    assert f"available versions: [0, {newest}]" in str(info.value)

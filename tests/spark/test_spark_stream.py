@@ -162,3 +162,25 @@ def test_streaming_write_with_explicit_app_id(spark: Any, lake: str, tmp_path: A
     )
     query.awaitTermination(120)
     assert wh.table("dst").snapshot().app_txns["my-pipeline"].version == 0
+
+
+def test_max_files_per_trigger_in_a_running_query(spark: Any, lake: str, tmp_path: Any) -> None:
+    tw = TableWriter(Warehouse(lake), "orders", 2)
+    for i in range(5):
+        tw.batch(i % 2, [rec(i * 10 + j) for j in range(3)])  # 5 segments of 3 records
+    seen: dict[int, list[Row]] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        seen[batch_id] = spark_rows(df)
+
+    (
+        _stream(spark, f"{lake}/orders", startingOffsets="earliest", maxFilesPerTrigger="2")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination(120)
+    )
+    sizes = [len(seen[b]) for b in sorted(seen) if seen[b]]
+    assert sizes == [6, 6, 3]  # two segments per micro-batch, then the last one
+    assert sorted(r for rows in seen.values() for r in rows) == tw.expected()

@@ -164,7 +164,7 @@ def test_empty_job_writes_no_version() -> None:
 
 def test_stream_commit_is_idempotent_per_batch_id() -> None:
     wh, options = _setup()
-    opts = parse_write_options(options)
+    opts = parse_write_options(options, streaming=True)
     first = TxnTableStreamWriter(opts, SCHEMA, "app")
     m0 = first.write(iter([_batch(4, ["a", "b", "c", "d"])]))
     first.commit([m0], 0)
@@ -205,6 +205,30 @@ def test_input_schema_checks_and_app_id() -> None:
         check_input_schema(
             StructType([StructField("value", StringType()), StructField("timestamp", StringType())])
         )
+    # Columns a record has no place for are refused, named, instead of being lost.
+    with pytest.raises(SchemaMismatchError, match=r"columns \['id', 'Score'\] have no place"):
+        check_input_schema(
+            StructType(
+                [
+                    StructField("id", IntegerType()),
+                    StructField("value", StringType()),
+                    StructField("Score", IntegerType()),
+                ]
+            )
+        )
+    # What a txntable read returns can be written back (topic and offset are ignored).
+    check_input_schema(
+        StructType(
+            [
+                StructField("key", BinaryType()),
+                StructField("value", BinaryType()),
+                StructField("Topic", StringType()),
+                StructField("partition", IntegerType()),
+                StructField("offset", IntegerType()),
+                StructField("timestamp", TimestampType()),
+            ]
+        )
+    )
     a = default_app_id({"checkpointlocation": "/ck/q1"})
     assert (
         a
@@ -213,3 +237,32 @@ def test_input_schema_checks_and_app_id() -> None:
     )
     with pytest.raises(InvalidConfigurationError):
         default_app_id({"path": "/x/t"})
+
+
+def test_batch_write_with_txn_app_id_and_version_is_idempotent() -> None:
+    """Delta's txnAppId + txnVersion: a version at or below the recorded one writes nothing."""
+    wh, options = _setup()
+
+    def write(version: int, n: int) -> TxnTableWriter:
+        opts = parse_write_options({**options, "txnAppId": "nightly", "txnVersion": str(version)})
+        writer = TxnTableWriter(opts, SCHEMA)
+        msg = writer.write(iter([_batch(n, [f"k{i}" for i in range(n)])]))
+        writer.commit([msg])
+        return writer
+
+    def total() -> int:
+        return sum(p.high_watermark for p in wh.table("t").snapshot().partitions)
+
+    first = write(1, 2)
+    assert (first.skipped, first.committed_version, total()) == (False, 1, 2)
+    again = write(1, 2)  # the same job run twice lands once
+    assert (again.skipped, again.committed_version, total()) == (True, None, 2)
+    older = write(0, 3)
+    assert older.skipped and total() == 2
+    newer = write(2, 3)
+    assert (newer.skipped, total()) == (False, 5)
+    snap = wh.table("t").snapshot()
+    assert snap.app_txns["nightly"].version == 2
+    # Skipped jobs leave no segment behind.
+    referenced = {e.path for p in snap.partitions for e in p.entries if isinstance(e, Batch)}
+    assert set(wh.store.list("t/data/")) == referenced

@@ -114,3 +114,34 @@ def test_fsspec_store_without_exclusive_create() -> None:
     store.put("k", b"plain writes work")
     with pytest.raises(ConditionalWriteUnsupportedError):
         store.put_if_absent("k2", b"x")
+
+
+def test_opening_a_local_warehouse_creates_nothing_until_a_write(tmp_path: pathlib.Path) -> None:
+    from txntable import Consumer, Warehouse
+    from txntable.errors import TableNotFoundError
+
+    root = tmp_path / "not" / "yet" / "lake"
+    wh = Warehouse(root.as_uri())
+    assert wh.list_tables() == []
+    with pytest.raises(TableNotFoundError):
+        wh.table("t")
+    Consumer(wh).close()
+    wh.recover()
+    assert not (tmp_path / "not").exists()  # reading created no directory
+    wh.create_table("t")
+    assert (root / "t" / "_log").is_dir()
+    assert Warehouse(root.as_uri()).list_tables() == ["t"]
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["the-file", "below-a-file"])
+def test_a_local_warehouse_on_a_file_is_a_typed_error(tmp_path: pathlib.Path, below: bool) -> None:
+    from txntable import Warehouse
+
+    file = tmp_path / "data.txt"
+    file.write_text("not a warehouse")
+    path = file / "lake" if below else file
+    with pytest.raises(InvalidPathError, match="is a file, not a directory"):
+        Warehouse(path.as_uri())
+    with pytest.raises(InvalidPathError, match="is a file, not a directory"):
+        open_store(str(path))
+    assert file.read_text() == "not a warehouse"

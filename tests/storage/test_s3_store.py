@@ -23,11 +23,13 @@ from botocore.exceptions import (
 from storeutil import race
 
 from txntable.errors import (
+    BucketNotFoundError,
     InvalidPathError,
     ObjectExistsError,
     ObjectNotFoundError,
     PreconditionFailedError,
     StorageError,
+    TableNotFoundError,
     TransientStorageError,
 )
 from txntable.storage import CountingStore, LocalStore, MemoryStore, S3Store, open_store
@@ -396,8 +398,53 @@ def test_store_without_prefix(mock_s3: None) -> None:
 
 def test_missing_bucket_is_storage_error(mock_s3: None) -> None:
     store = S3Store("s3://no-such-bucket-here/wh", {S3_REGION: storeutil.TEST_REGION})
-    with pytest.raises(StorageError, match="NoSuchBucket"):
+    with pytest.raises(BucketNotFoundError, match="NoSuchBucket"):
         store.put("k", b"x")
+    assert issubclass(BucketNotFoundError, StorageError)
+
+
+def test_missing_bucket_is_not_reported_as_a_missing_table(mock_s3: None) -> None:
+    from txntable import Consumer, Producer, TopicPartition, Warehouse
+
+    wh = Warehouse("s3://no-such-bucket-here/wh", {S3_REGION: storeutil.TEST_REGION})
+    with pytest.raises(BucketNotFoundError, match="no-such-bucket-here"):
+        wh.table("orders")
+    with pytest.raises(BucketNotFoundError):
+        wh.list_tables()
+    with pytest.raises(BucketNotFoundError):
+        wh.create_table("orders")
+    with pytest.raises(BucketNotFoundError):
+        Consumer(wh).assign([TopicPartition("orders", 0)])
+    with Producer(wh) as producer, pytest.raises(BucketNotFoundError):
+        producer.send("orders", value=b"v")
+    # A HEAD of a missing key in a missing bucket may come back a bare 404 (no error code
+    # in a body): the warehouse then asks the store about the bucket itself.
+    with pytest.raises(BucketNotFoundError, match="bucket 'no-such-bucket-here' does not exist"):
+        wh.store.check_root()
+    # An existing bucket without the table is still "no such table".
+    bucket = storeutil.create_bucket()
+    S3Store(f"s3://{bucket}/wh", {S3_REGION: storeutil.TEST_REGION}).check_root()
+    with pytest.raises(TableNotFoundError):
+        Warehouse(f"s3://{bucket}/wh", {S3_REGION: storeutil.TEST_REGION}).table("orders")
+
+
+def test_redaction_masks_whole_tokens_only(mock_s3: None) -> None:
+    """A short secret is masked where it stands alone, never inside other words."""
+    store = S3Store(
+        "s3://bkt/wh",
+        {S3_REGION: storeutil.TEST_REGION, S3_ACCESS_KEY_ID: "m", S3_SECRET_ACCESS_KEY: "a/b"},
+    )
+    message = "no route to bkt.s3.amazonaws.com for key m (secret a/b, Credential=m/2024)"
+
+    def denied(**kwargs: Any) -> Any:
+        raise client_error("AccessDenied", 403, message)
+
+    store._client.get_object = denied
+    with pytest.raises(StorageError) as info:
+        store.get("k")
+    assert str(info.value).endswith(
+        "no route to bkt.s3.amazonaws.com for key *** (secret ***, Credential=***/2024)"
+    )
 
 
 # --- against the moto server ------------------------------------------------------------------

@@ -179,7 +179,9 @@ def check_outcome(wh: Warehouse, crash: Crash, extra_txns: int = 0) -> None:
 
 
 def check_crashed_state(wh: Warehouse, crash: Crash) -> None:
-    """What the crash itself left, before anyone recovers it."""
+    """What the crash itself left, before anyone recovers it (looked at by a client that
+    never finishes stuck transactions, so looking changes nothing)."""
+    wh = Warehouse(wh.url, finish_stuck_transactions=False)
     meta = load_meta(wh)
     expected_state = {
         "registered": TxnState.ONGOING,
@@ -215,6 +217,20 @@ def run_t3(wh: Warehouse, producer: Producer) -> None:
         _, t, p, _ = v.decode().split("-")
         producer.send(t, value=v, partition=int(p))
     producer.commit_transaction()
+
+
+def check_nothing_left_to_recover(wh: Warehouse, crash: Crash) -> None:
+    """After recovery: recovering again is a no-op (no marker written twice), and a new
+    instance starts from Empty with the next epoch and commits normally."""
+    report = wh.recover(now=now_ms() + 3_600_000)
+    assert (report.committed, report.aborted, report.timed_out) == ([], [], [])
+    check_outcome(wh, crash)
+    producer = Producer(wh, transactional_id=TID)
+    producer.init_transactions()
+    assert load_meta(wh).state is TxnState.EMPTY
+    run_t3(wh, producer)
+    producer.close()
+    check_outcome(wh, crash, extra_txns=1)
 
 
 @pytest.mark.parametrize("point", ALL_POINTS)
@@ -265,17 +281,7 @@ def test_warehouse_recover_recovers(crashed, tmp_path: Path, point: str) -> None
     check_outcome(wh, crash)
 
     # Recovering again is a no-op: no marker is written twice.
-    report = wh.recover(now=now_ms() + 3_600_000)
-    assert (report.committed, report.aborted, report.timed_out) == ([], [], [])
-    check_outcome(wh, crash)
-
-    # A new instance after recovery starts from Empty with the next epoch.
-    producer = Producer(wh, transactional_id=TID)
-    producer.init_transactions()
-    assert load_meta(wh).state is TxnState.EMPTY
-    run_t3(wh, producer)
-    producer.close()
-    check_outcome(wh, crash, extra_txns=1)
+    check_nothing_left_to_recover(wh, crash)
 
 
 @pytest.mark.parametrize("point", ["data_committed", "registered"])
@@ -355,6 +361,87 @@ def test_racing_recoverers_write_each_marker_once(crashed, tmp_path: Path, point
     assert errors == []
     assert load_meta(wh).state is TxnState.EMPTY
     check_outcome(wh, crash)
+
+
+#: Crash points that leave a prepared transaction pinning the LSO of a table (the short
+#: path's data is in no log before its markers, so it pins nothing; all_markers has every
+#: marker in).
+PINNING_PREPARED_POINTS = ("prepare_commit", "some_markers", "prepare_abort", "some_abort_markers")
+
+
+def pinned_partitions(wh: Warehouse) -> list[tuple[str, int]]:
+    return [
+        (name, p.partition)
+        for name in TABLES
+        for p in wh.table(name).describe().partitions
+        if p.last_stable_offset < p.high_watermark
+    ]
+
+
+def log_files(wh: Warehouse) -> dict[str, bytes]:
+    return {k: wh.store.get(k).data for k in wh.store.list("")}
+
+
+@pytest.mark.parametrize("point", PINNING_PREPARED_POINTS)
+def test_a_reader_completes_a_prepared_transaction_after_the_grace_period(
+    crashed, tmp_path: Path, point: str
+) -> None:
+    """No recover(), no restart: a read_committed reader finishes what the SIGKILLed
+    producer decided, exactly as recover() would."""
+    crash = crashed(point)
+    wh = copy_of(crash, tmp_path)
+    untouched = log_files(wh)
+
+    # Read-only credentials: the option turns it off, and reading writes nothing at all.
+    read_only = Warehouse(wh.url, finish_stuck_transactions=False, stuck_transaction_grace_ms=0)
+    assert pinned_partitions(read_only)
+    read_all(read_only, TABLES)
+    # Within the grace period the producer may still be finishing: left alone.
+    patient = Warehouse(wh.url, stuck_transaction_grace_ms=3_600_000)
+    assert pinned_partitions(patient)
+    assert log_files(wh) == untouched
+    assert load_meta(wh).state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    # Past it, the first poll completes the transaction: markers everywhere, LSO released.
+    reader = Warehouse(wh.url, stuck_transaction_grace_ms=0)
+    consumer = Consumer(reader, isolation_level="read_committed", auto_offset_reset="earliest")
+    tps = [TopicPartition(t, p) for t in TABLES for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    got = Counter(r.value for recs in consumer.poll(max_records=10_000).values() for r in recs)
+    expected = values("t1") + (values("t2") if crash.commits else [])
+    assert got == Counter(expected)
+    consumer.close()
+    meta = load_meta(wh)
+    assert meta.state is (TxnState.COMPLETE_COMMIT if crash.commits else TxnState.COMPLETE_ABORT)
+    assert pinned_partitions(wh) == []
+    check_outcome(wh, crash)
+    check_nothing_left_to_recover(wh, crash)
+
+
+@pytest.mark.parametrize("point", ["prepare_commit", "prepare_abort"])
+def test_describe_and_other_writers_complete_a_prepared_transaction(
+    crashed, tmp_path: Path, point: str
+) -> None:
+    crash = crashed(point)
+    # describe() on one copy.
+    wh = Warehouse(copy_of(crash, tmp_path / "describe").url, stuck_transaction_grace_ms=0)
+    for name in TABLES:
+        parts = wh.table(name).describe().partitions
+        assert all(p.last_stable_offset == p.high_watermark for p in parts), parts
+    check_outcome(wh, crash)
+    # A plain producer's write to one table on another copy completes the whole
+    # transaction (both tables and the group log).
+    wh = Warehouse(copy_of(crash, tmp_path / "writer").url, stuck_transaction_grace_ms=0)
+    with Producer(wh, linger_ms=0) as producer:
+        producer.send("src", value=b"unrelated").result()
+        # src holds nothing of the transaction: writing there finishes nothing.
+        prepared = TxnState.PREPARE_COMMIT if crash.commits else TxnState.PREPARE_ABORT
+        assert load_meta(wh).state is prepared
+        producer.send("ta", value=b"plain", partition=0).result()
+    assert load_meta(wh).state is (
+        TxnState.COMPLETE_COMMIT if crash.commits else TxnState.COMPLETE_ABORT
+    )
+    assert pinned_partitions(wh) == []
 
 
 def test_helper_rejects_unknown_point(tmp_path: Path) -> None:

@@ -9,11 +9,13 @@ from dataclasses import replace
 import pytest
 from txnutil import assert_no_open_transactions, markers_by_partition, read_all
 
-from txntable import Producer, Warehouse
+from txntable import Consumer, Producer, TopicPartition, Warehouse
 from txntable import coordinator as coordinator_module
 from txntable.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnState
 from txntable.errors import PreconditionFailedError, ProducerFencedError
 from txntable.log import now_ms
+from txntable.storage import open_store
+from txntable.storage.base import Store, StoredObject, StoreWrapper
 
 TID = "stall"
 
@@ -263,26 +265,80 @@ def test_another_producers_commit_aborts_the_timed_out_transaction(
     other.close()
 
 
+class CoordinatorReads(StoreWrapper):
+    """Records the key of every GET of a coordinator object."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.reads: list[str] = []
+
+    def get(self, key: str) -> StoredObject:
+        if key.startswith("_coordinator/txn/"):
+            self.reads.append(key)
+        return super().get(key)
+
+
 def test_an_open_transaction_costs_other_writers_one_lookup_per_deadline(
-    table: Warehouse, monkeypatch: pytest.MonkeyPatch
+    table: Warehouse,
 ) -> None:
     """The expiry check is off the hot path: one coordinator read, then not before the
     transaction's deadline, however many flushes the other writer makes."""
-    import txntable.producer as producer_module
-
     a = stalled_producer(table, timeout_ms=60_000)
-    calls: list[str] = []
-    real = producer_module.abort_if_expired
-
-    def counting(coordinator, tid, now):  # type: ignore[no-untyped-def]
-        calls.append(tid)
-        return real(coordinator, tid, now)
-
-    monkeypatch.setattr(producer_module, "abort_if_expired", counting)
-    b = Producer(Warehouse(table.url), linger_ms=0)
+    store = CoordinatorReads(open_store(table.url))
+    b = Producer(Warehouse(store=store), linger_ms=0)
     for i in range(20):
         b.send("t", value=b"b%d" % i, partition=0).result()
-    assert calls == [TID]
+    assert store.reads == [TransactionCoordinator.key(TID)]
     assert meta_of(table)[0].state is TxnState.ONGOING
     b.close()
+    a.abort_transaction()
+
+
+def test_a_reader_reads_a_stuck_prepared_object_once_per_grace_period(table: Warehouse) -> None:
+    """A producer dies right after its PrepareCommit CAS; a read_committed consumer polling
+    in a loop reads the coordinator object once, completes the transaction once the grace
+    period is over, and never reads the object on an idle poll."""
+    stalled_producer(table, timeout_ms=60_000)
+    coordinator = TransactionCoordinator(table.store)
+    meta, etag = meta_of(table)
+    prepared = meta.transition(TxnState.PREPARE_COMMIT)
+    coordinator.cas(prepared, etag)  # ... and the producer is SIGKILLed here
+    grace = 5_000
+    ready = prepared.last_update_timestamp + grace
+    store = CoordinatorReads(open_store(table.url))
+    consumer = Consumer(
+        Warehouse(store=store, stuck_transaction_grace_ms=grace),
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+    )
+    tps = [TopicPartition("t", p) for p in range(3)]
+    consumer.assign(tps)
+    seen = [r.value for recs in consumer.poll().values() for r in recs]
+    for _ in range(30):
+        assert consumer.poll() == {}
+    assert now_ms() < ready, "the machine stalled for the whole grace period"
+    assert seen == [b"committed"]
+    assert store.reads == [TransactionCoordinator.key(TID)]  # one read for 31 polls
+
+    time.sleep(max(ready - now_ms() + 50, 0) / 1000)
+    got = consumer.poll()
+    assert sorted(r.value for recs in got.values() for r in recs) == [b"stalled-0", b"stalled-1"]
+    assert store.reads == [TransactionCoordinator.key(TID)] * 2
+    assert meta_of(table)[0].state is TxnState.COMPLETE_COMMIT
+    for _ in range(10):
+        assert consumer.poll() == {}
+    assert len(store.reads) == 2  # nothing open any more: no reads
+    consumer.close()
+
+
+def test_readers_leave_an_expired_ongoing_transaction_to_writers(table: Warehouse) -> None:
+    a = stalled_producer(table, timeout_ms=200)
+    time.sleep(0.3)
+    store = CoordinatorReads(open_store(table.url))
+    reader = Warehouse(store=store, stuck_transaction_grace_ms=0)
+    for _ in range(10):
+        assert read_all(reader, ["t"]) == [b"committed"]
+    assert meta_of(table)[0].state is TxnState.ONGOING
+    # One read, then not again before the recheck delay, however often it is polled.
+    assert store.reads == [TransactionCoordinator.key(TID)]
     a.abort_transaction()

@@ -165,6 +165,17 @@ class Store(abc.ABC):
         """Options that, with :attr:`url`, reopen this store in another process."""
         return {}
 
+    def check_root(self) -> None:  # noqa: B027 - optional hook
+        """Raise if the warehouse root itself is missing (not merely empty).
+
+        Called when an object was not found, to tell "no such table" from "no such
+        bucket". The default finds nothing wrong: a local or memory root is created by
+        the first write.
+
+        Raises:
+            BucketNotFoundError: The bucket of the warehouse does not exist.
+        """
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the store."""
 
@@ -208,6 +219,9 @@ class StoreWrapper(Store):
 
     def storage_options(self) -> dict[str, str]:
         return self.inner.storage_options()
+
+    def check_root(self) -> None:
+        self.inner.check_root()
 
     def close(self) -> None:
         self.inner.close()

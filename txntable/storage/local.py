@@ -15,7 +15,12 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from txntable.errors import ObjectExistsError, ObjectNotFoundError, PreconditionFailedError
+from txntable.errors import (
+    InvalidPathError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+)
 from txntable.storage.base import Store, StoredObject, validate_key
 
 _LOCK_SUFFIX = ".lock"
@@ -27,12 +32,25 @@ def _etag(data: bytes) -> str:
 
 
 class LocalStore(Store):
-    """A store rooted at a local directory."""
+    """A store rooted at a local directory (created by the first write).
+
+    Raises:
+        InvalidPathError: If the root, or a directory above it, is a file.
+    """
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
-        os.makedirs(self.root, exist_ok=True)
         self.url = "file://" + self.root
+        # The directory is created by the first write, never by opening: a read-only client
+        # (or a typo) leaves no trace. A file where a directory belongs is refused now
+        # rather than as a bare OSError at the first write.
+        existing = self.root
+        while not os.path.lexists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            raise InvalidPathError(
+                f"local warehouse {self.root!r}: {existing!r} is a file, not a directory"
+            )
 
     def _path(self, key: str) -> str:
         validate_key(key)

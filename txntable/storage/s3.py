@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -41,6 +42,7 @@ from botocore.exceptions import (
 )
 
 from txntable.errors import (
+    BucketNotFoundError,
     InvalidConfigurationError,
     InvalidPathError,
     ObjectExistsError,
@@ -342,10 +344,15 @@ class S3Store(Store):
         return self._base + validate_key(key)
 
     def _redact(self, text: str) -> str:
-        for name in SECRET_OPTIONS:
-            secret = self._options.get(name)
-            if secret:
-                text = text.replace(secret, _MASK)
+        """Mask each secret where it stands as a whole token (not inside a longer word:
+        a one-character key must not mangle ``s3.amazonaws.com``)."""
+        secrets = sorted(
+            {s for s in (self._options.get(n) for n in SECRET_OPTIONS) if s}, key=len, reverse=True
+        )
+        for secret in secrets:
+            text = re.sub(
+                rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", _MASK, text
+            )
         return text
 
     def _backoff(self, attempt: int) -> None:
@@ -364,6 +371,8 @@ class S3Store(Store):
             text = f"{op} s3://{self.bucket}/{self._base}{key}: {code or 'error'} (HTTP {status})"
             if message:
                 text += f": {message}"
+            if code == "NoSuchBucket":
+                raise BucketNotFoundError(text) from None
             if code in _NOT_FOUND_CODES:
                 raise ObjectNotFoundError(key) from None
             if _is_transient(code, status):
@@ -454,6 +463,25 @@ class S3Store(Store):
         except ObjectNotFoundError:
             return None
         return ObjectInfo(key, _strip_etag(response["ETag"]), int(response["ContentLength"]))
+
+    def check_root(self) -> None:
+        """One HEAD of the bucket: a 404 means it does not exist.
+
+        Raises:
+            BucketNotFoundError: The bucket does not exist.
+        """
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            code, status = _error_info(exc)
+            if status == 404 or code in ("NoSuchBucket", "NotFound", "404"):
+                raise BucketNotFoundError(
+                    f"bucket {self.bucket!r} does not exist ({self.url})"
+                ) from None
+            # 403 and the like: credentials may read objects but not the bucket itself;
+            # nothing is known, so the caller's own error stands.
+        except BotoCoreError:
+            pass
 
     def put(self, key: str, data: bytes) -> str:
         full = self._full_key(key)
