@@ -181,6 +181,6 @@ def limit_segments(
         queue = queues[p]
         if taken[p] < len(queue):
             first_left = queue[taken[p]]
-            stop = max(start.get(p, stop), first_left.base_offset + first_left.row_start)
+            stop = max(start.get(p, stop), first_left.first_offset)
         out[p] = stop
     return out

@@ -15,9 +15,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
-from txntable.actions import AbortedTxn, Batch, Marker
+from txntable.actions import AbortedTxn, Batch, Marker, Segment
 
-Entry = Batch | Marker
+Entry = Batch | Marker | Segment
 
 
 def classify_entries(
@@ -31,7 +31,8 @@ def classify_entries(
 
     Yields:
         ``(entry, visible)``: markers are never visible; a transactional batch of an aborted
-        producer is not visible; every other batch is.
+        producer is not visible; every other batch is, and so is every merged segment
+        (it holds committed records only).
     """
     heap = [(a.firstOffset, i, a.producerId) for i, a in enumerate(aborted)]
     heapq.heapify(heap)
@@ -49,9 +50,11 @@ def classify_entries(
             yield entry, not (entry.transactional and pid in aborted_pids)
 
 
-def visible_batches(entries: Iterable[Entry], aborted: Iterable[AbortedTxn]) -> Iterator[Batch]:
-    """The batches a read_committed reader returns, in offset order."""
+def visible_batches(
+    entries: Iterable[Entry], aborted: Iterable[AbortedTxn]
+) -> Iterator[Batch | Segment]:
+    """The batches and merged segments a read_committed reader returns, in offset order."""
     for entry, visible in classify_entries(entries, aborted):
         if visible:
-            assert isinstance(entry, Batch)
+            assert not isinstance(entry, Marker)
             yield entry

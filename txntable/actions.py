@@ -16,8 +16,14 @@ from typing import Any, ClassVar, Literal
 from txntable.errors import CorruptLogError, UnsupportedProtocolError
 
 #: Highest reader/writer protocol version this client implements.
-READER_VERSION = 1
-WRITER_VERSION = 1
+READER_VERSION = 2
+WRITER_VERSION = 2
+#: Protocol of a table that holds merged segments, producer expiry or a truncated log (v2).
+MAINTENANCE_PROTOCOL_VERSION = 2
+#: Protocol new tables and group logs are created with: what they need until maintenance
+#: upgrades them (Delta's rule), so older clients keep reading tables that never use v2.
+CREATE_READER_VERSION = 1
+CREATE_WRITER_VERSION = 1
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -187,6 +193,83 @@ class LogStart:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A merged segment: records of offsets ``[baseOffset, endOffset)`` with explicit offsets.
+
+    Written by segment merge and key compaction (protocol v2). In a log version it replaces
+    the entries (batches, markers, segments) that exactly cover ``[baseOffset, endOffset)``;
+    in a checkpoint it is appended. The Parquet file has an ``offset`` column: only the
+    records that survived the rewrite are in it (``count`` of them, possibly none, then
+    ``path`` is empty), so offsets keep gaps where markers, aborted or compacted records were.
+    """
+
+    NAME: ClassVar[str] = "segment"
+    partition: int
+    baseOffset: int
+    endOffset: int
+    count: int
+    path: str
+    size: int
+    minTimestamp: int = 0
+    maxTimestamp: int = 0
+    #: Key-compacted: only the latest record per key (below the compaction point) remains.
+    compacted: bool = False
+    #: Tombstones (null values) in this segment may be dropped by a compaction after this
+    #: time (Kafka's delete horizon); -1: none recorded.
+    deleteHorizonMs: int = -1
+
+    #: A merged segment belongs to no producer and is never part of an open transaction:
+    #: everything in it was committed (read_committed filtering treats it as plain data).
+    producerId: ClassVar[int] = NO_PRODUCER_ID
+    transactional: ClassVar[bool] = False
+
+    @property
+    def last_offset(self) -> int:
+        """Last offset of the range (the record there may have been removed)."""
+        return self.endOffset - 1
+
+    @property
+    def next_offset(self) -> int:
+        """Offset just past the range."""
+        return self.endOffset
+
+
+@dataclass(frozen=True)
+class PartitionStart:
+    """Checkpoint only: where a partition's retained entries begin and its log start offset."""
+
+    NAME: ClassVar[str] = "partitionStart"
+    partition: int
+    logStartOffset: int
+    baseOffset: int
+
+
+@dataclass(frozen=True)
+class ProducerSnapshot:
+    """Checkpoint only: one producer's state on one partition (Kafka's producer snapshot).
+
+    ``batches`` holds the retained batches as ``[firstSeq, lastSeq, baseOffset, count]``.
+    """
+
+    NAME: ClassVar[str] = "producerState"
+    partition: int
+    producerId: int
+    epoch: int
+    batches: tuple[tuple[int, int, int, int], ...] = ()
+    currentTxnFirstOffset: int = -1
+    coordinatorEpoch: int = -1
+    lastTimestamp: int = 0
+
+
+@dataclass(frozen=True)
+class ExpireProducer:
+    """Removes an idle producer's state from every partition (``producer.id.expiration.ms``)."""
+
+    NAME: ClassVar[str] = "expireProducer"
+    producerId: int
+
+
+@dataclass(frozen=True)
 class CommitInfo:
     """Provenance of a version; ``commitId`` lets a writer recognise its own version."""
 
@@ -208,6 +291,10 @@ Action = (
     | AppTxn
     | LogStart
     | CommitInfo
+    | Segment
+    | PartitionStart
+    | ProducerSnapshot
+    | ExpireProducer
 )
 
 ACTION_TYPES: dict[str, type] = {
@@ -222,8 +309,13 @@ ACTION_TYPES: dict[str, type] = {
         AppTxn,
         LogStart,
         CommitInfo,
+        Segment,
+        PartitionStart,
+        ProducerSnapshot,
+        ExpireProducer,
     )
 }
+
 
 def action_to_dict(action: Action) -> dict[str, Any]:
     """Encode an action as its one-key JSON object."""
@@ -232,6 +324,8 @@ def action_to_dict(action: Action) -> dict[str, Any]:
         del body["transactionalId"]  # optional: absent rather than null
     if isinstance(action, Metadata):
         body["schema"] = [asdict(f) for f in action.schema]
+    if isinstance(action, ProducerSnapshot):
+        body["batches"] = [list(b) for b in action.batches]
     return {action.NAME: body}
 
 
@@ -275,6 +369,13 @@ def _check_type(name: str, key: str, value: Any, annotation: str, path: str | No
         )
     elif ann.startswith("tuple[Field"):
         ok = isinstance(value, list)
+    elif ann.startswith("tuple[tuple[int"):
+        ok = isinstance(value, list) and all(
+            isinstance(b, list)
+            and len(b) == 4
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in b)
+            for b in value
+        )
     else:  # pragma: no cover - every annotation above is covered
         ok = True
     if not ok:
@@ -310,6 +411,8 @@ def action_from_dict(obj: Any, path: str | None = None) -> Action:
             )
         except (KeyError, TypeError) as e:
             raise CorruptLogError(f"metadata: invalid schema ({e})", path) from None
+    if cls is ProducerSnapshot and "batches" in kwargs:
+        kwargs["batches"] = tuple(tuple(b) for b in kwargs["batches"])
     action: Action = cls(**kwargs)
     _check_ranges(action, path)
     return action
@@ -334,6 +437,20 @@ def _check_ranges(action: Action, path: str | None) -> None:
             bad = "firstOffset negative or after lastOffset"
     elif isinstance(action, Metadata) and action.partitions <= 0:
         bad = "partitions must be positive"
+    elif isinstance(action, Segment):
+        if (
+            action.partition < 0
+            or action.baseOffset < 0
+            or action.endOffset <= action.baseOffset
+            or not 0 <= action.count <= action.endOffset - action.baseOffset
+            or (action.count > 0) != bool(action.path)
+        ):
+            bad = "bad range, count or path"
+    elif isinstance(action, PartitionStart):
+        if action.partition < 0 or not 0 <= action.baseOffset <= action.logStartOffset:
+            bad = "negative partition or baseOffset after logStartOffset"
+    elif isinstance(action, ProducerSnapshot | ExpireProducer) and action.producerId < 0:
+        bad = "negative producerId"
     if bad:
         raise CorruptLogError(f"action {action.NAME}: {bad}", path)
 

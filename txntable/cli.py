@@ -39,10 +39,11 @@ from txntable.errors import TxnTableError
 from txntable.futures import FutureRecordMetadata
 from txntable.groups import GroupDescription, OffsetAndMetadata
 from txntable.log import now_ms
+from txntable.merge import RewriteReport
 from txntable.producer import Producer
 from txntable.records import ConsumerRecord, RecordMetadata, TopicPartition
 from txntable.table import TableDescription
-from txntable.vacuum import RETENTION_MS_DEFAULT
+from txntable.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.verify import RULES, VerifyReport, Violation
 from txntable.warehouse import Warehouse
 
@@ -1090,7 +1091,7 @@ def recover(warehouse: str, options: dict[str, str], as_json: bool) -> None:
 @_json_flag
 def checkpoint(warehouse: str, options: dict[str, str], table: str, as_json: bool) -> None:
     """Write a checkpoint of TABLE at its latest version."""
-    version = _open(warehouse, options).table(table).checkpoint()
+    version = _open(warehouse, options).table(table).checkpoint().version
     if as_json:
         _print_json({"table": table, "version": version})
     else:
@@ -1103,9 +1104,9 @@ def checkpoint(warehouse: str, options: dict[str, str], table: str, as_json: boo
 @click.option(
     "--retention-hours",
     type=click.FloatRange(min=1),
-    default=RETENTION_MS_DEFAULT / 3_600_000,
-    show_default=True,
-    help="Delete only files older than this.",
+    default=None,
+    help="Delete only files older than this [default: the table's version.retention.ms, "
+    f"{RETENTION_MS_DEFAULT / 3_600_000:g} h unless configured].",
 )
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @_json_flag
@@ -1113,16 +1114,21 @@ def vacuum(
     warehouse: str,
     options: dict[str, str],
     table: str,
-    retention_hours: float,
+    retention_hours: float | None,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Delete segment files of TABLE that no version references, once they are old enough."""
-    retention_ms = int(retention_hours * 3_600_000)
+    """Delete segment files of TABLE that no version of the retention window references,
+    once they are old enough."""
+    retention_ms = None if retention_hours is None else int(retention_hours * 3_600_000)
     report = _open(warehouse, options).table(table).vacuum(retention_ms, dry_run=dry_run)
     if as_json:
         _print_json({**asdict(report), "dry_run": dry_run})
         return
+    _print_vacuum(table, report, dry_run)
+
+
+def _print_vacuum(table: str, report: VacuumReport, dry_run: bool) -> None:
     cli = _cli()
     verb = "Would delete" if dry_run else "Deleted"
     cli.out.print(
@@ -1131,6 +1137,117 @@ def vacuum(
     )
     for key in report.deleted:
         cli.out.print(_text(f"  {key}"))
+
+
+def _print_rewrite(verb: str, table: str, r: RewriteReport) -> None:
+    where = f"version {r.version}" if r.version is not None else "nothing to do"
+    _cli().out.print(
+        _text(
+            f"{verb} {table}: {r.entries_replaced} entries into {r.segments_written} segment(s) "
+            f"({_bytes(r.bytes_read)} read, {_bytes(r.bytes_written)} written; "
+            f"{r.records_kept} records kept, {r.records_dropped} dropped) — {where}"
+        )
+    )
+
+
+@cli.command()
+@_warehouse
+@click.argument("table")
+@click.option(
+    "--target-bytes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Size of the merged segments [default: the table's segment.bytes].",
+)
+@_json_flag
+def optimize(
+    warehouse: str, options: dict[str, str], table: str, target_bytes: int | None, as_json: bool
+) -> None:
+    """Merge TABLE's small segments below the LSO (offsets never change)."""
+    report = _open(warehouse, options).table(table).optimize(target_bytes)
+    if as_json:
+        _print_json(asdict(report))
+    else:
+        _print_rewrite("Optimized", table, report)
+
+
+@cli.command()
+@_warehouse
+@click.argument("table")
+@click.option(
+    "--if-dirty",
+    is_flag=True,
+    help="Only partitions whose dirty ratio reaches min.cleanable.dirty.ratio.",
+)
+@_json_flag
+def compact(
+    warehouse: str, options: dict[str, str], table: str, if_dirty: bool, as_json: bool
+) -> None:
+    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner)."""
+    report = _open(warehouse, options).table(table).compact(force=not if_dirty)
+    if as_json:
+        _print_json(asdict(report))
+    else:
+        _print_rewrite("Compacted", table, report)
+
+
+@cli.command()
+@_warehouse
+@click.argument("table")
+@_json_flag
+def retention(warehouse: str, options: dict[str, str], table: str, as_json: bool) -> None:
+    """Apply TABLE's retention.ms / retention.bytes: move log start offsets forward."""
+    report = _open(warehouse, options).table(table).apply_retention()
+    if as_json:
+        _print_json(asdict(report))
+        return
+    if not report.log_start_offsets:
+        _cli().out.print(_text(f"Retention of {table}: nothing to delete"))
+        return
+    moved = ", ".join(f"{p}: {o}" for p, o in sorted(report.log_start_offsets.items()))
+    _cli().out.print(
+        _text(f"Retention of {table}: log start offsets {moved} (version {report.version}, "
+              f"{_bytes(report.bytes_released)} released)")
+    )
+
+
+@cli.command()
+@_warehouse
+@click.argument("table")
+@click.option("--no-vacuum", is_flag=True, help="Skip deleting old unreferenced files.")
+@_json_flag
+def maintain(
+    warehouse: str, options: dict[str, str], table: str, no_vacuum: bool, as_json: bool
+) -> None:
+    """Run every maintenance step TABLE's configuration calls for: retention, producer
+    expiry, compaction or merge, checkpoint, log cleanup and vacuum.
+
+    Exits 1 if a step failed (the others still ran).
+    """
+    report = _open(warehouse, options).table(table).maintain(vacuum=not no_vacuum)
+    if as_json:
+        _print_json(asdict(report))
+    else:
+        out = _cli().out
+        if report.retention is not None:
+            starts = report.retention.log_start_offsets
+            out.print(_text(f"retention: {len(starts)} partition(s) moved their log start"))
+        if report.expiry is not None:
+            out.print(_text(f"expiry: {len(report.expiry.producer_ids)} producer(s) expired"))
+        if report.rewrite is not None:
+            _print_rewrite("merge/compaction", table, report.rewrite)
+        if report.checkpoint is not None:
+            out.print(_text(f"checkpoint: version {report.checkpoint.version}"))
+        if report.log_cleanup is not None:
+            lc = report.log_cleanup
+            out.print(_text(f"log cleanup: {lc.versions_deleted} version(s), "
+                            f"{lc.checkpoints_deleted} checkpoint(s) deleted"))
+        if report.vacuum is not None:
+            _print_vacuum(table, report.vacuum, dry_run=False)
+        for error in report.errors:
+            _cli().err.print(_text(f"txntable: {error}", "red"))
+    if report.errors:
+        sys.exit(1)
 
 
 @cli.command()

@@ -39,24 +39,41 @@ LOG_GAP_CHECK_INTERVAL_MS_DEFAULT = 60_000
 #: Versions between checkpoints (0 disables them).
 CHECKPOINT_INTERVAL = "checkpoint.interval"
 CHECKPOINT_INTERVAL_DEFAULT = 100
-#: Not implemented yet (long-lived tables): Kafka's time-based retention; -1 keeps all.
+#: Kafka's time-based retention: records older than this (their newest timestamp) go; -1
+#: keeps all. Acts when maintenance runs (``Table.maintain``/``apply_retention``).
 RETENTION_MS = "retention.ms"
-RETENTION_MS_DEFAULT = -1
-#: Not implemented yet: Kafka's size-based retention per partition; -1 keeps all.
+RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000
+#: Kafka's size-based retention per partition; -1 keeps all.
 RETENTION_BYTES = "retention.bytes"
 RETENTION_BYTES_DEFAULT = -1
-#: Not implemented yet: ``delete``, ``compact`` or ``compact,delete``.
+#: ``delete`` (retention), ``compact`` (key compaction) or ``compact,delete``.
 CLEANUP_POLICY = "cleanup.policy"
 CLEANUP_POLICY_DEFAULT = "delete"
-#: Not implemented yet: target size of merged segments.
+#: Target size of merged segments (segment merge and compaction).
 SEGMENT_BYTES = "segment.bytes"
-SEGMENT_BYTES_DEFAULT = 1024 * 1024 * 1024
-#: Not implemented yet: how long compaction keeps tombstones.
+SEGMENT_BYTES_DEFAULT = 128 * 1024 * 1024
+#: How long compaction keeps a tombstone (null value) after first compacting it.
 DELETE_RETENTION_MS = "delete.retention.ms"
 DELETE_RETENTION_MS_DEFAULT = 24 * 3600 * 1000
-#: Not implemented yet: when an idle producer's state may be dropped from snapshots.
+#: Compaction of a partition starts when this share of its bytes is not compacted yet.
+MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
+MIN_CLEANABLE_DIRTY_RATIO_DEFAULT = 0.5
+#: When an idle producer's state (no open transaction) is dropped from snapshots.
 PRODUCER_ID_EXPIRATION_MS = "producer.id.expiration.ms"
 PRODUCER_ID_EXPIRATION_MS_DEFAULT = 24 * 3600 * 1000
+#: How long old versions stay readable (time travel): log versions before the oldest
+#: retained checkpoint, and segment files no version in the window references, go after it.
+VERSION_RETENTION_MS = "version.retention.ms"
+VERSION_RETENTION_MS_DEFAULT = 7 * 24 * 3600 * 1000
+#: Below this, a slow writer's not-yet-committed segment could be deleted by vacuum.
+VERSION_RETENTION_MS_MIN = 3600 * 1000
+#: How often a producer checks, after a commit, whether the table needs maintenance
+#: (-1: never). The work itself runs in a background thread, never on the commit path.
+MAINTENANCE_INTERVAL_MS = "maintenance.interval.ms"
+MAINTENANCE_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
+#: Retained entries on a partition from which that check starts a merge.
+MAINTENANCE_MERGE_MIN_ENTRIES = "maintenance.merge.min.entries"
+MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT = 1000
 
 # --- producer -----------------------------------------------------------------------------
 
@@ -192,6 +209,7 @@ PRODUCER_ARGUMENTS: dict[str, Validator] = {
     "max_request_size": int_at_least(1),
     "transaction_timeout_ms": int_at_least(1),
     "delivery_timeout_ms": int_at_least(0),
+    "auto_maintenance": boolean,
 }
 
 #: ``Consumer.__init__`` arguments.
@@ -239,6 +257,16 @@ def _parse_cleanup_policy(raw: str) -> object:
     return frozenset(policies)
 
 
+def _parse_ratio(raw: str) -> object:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be a number in [0, 1]")
+    return value
+
+
 @dataclass(frozen=True)
 class TableConfigKey:
     """One table configuration key: its default, its value parser, and whether it works.
@@ -269,43 +297,61 @@ TABLE_CONFIG: dict[str, TableConfigKey] = {
             RETENTION_MS,
             str(RETENTION_MS_DEFAULT),
             _parse_int_at_least(-1),
-            "delete records older than this (ms)",
-            implemented=False,
+            "delete records older than this (ms; -1 keeps all)",
         ),
         TableConfigKey(
             RETENTION_BYTES,
             str(RETENTION_BYTES_DEFAULT),
             _parse_int_at_least(-1),
-            "delete the oldest records of a partition beyond this size",
-            implemented=False,
+            "delete the oldest records of a partition beyond this size (-1 keeps all)",
         ),
         TableConfigKey(
             CLEANUP_POLICY,
             CLEANUP_POLICY_DEFAULT,
             _parse_cleanup_policy,
             "delete and/or compact old records",
-            implemented=False,
         ),
         TableConfigKey(
             SEGMENT_BYTES,
             str(SEGMENT_BYTES_DEFAULT),
             _parse_int_at_least(1),
             "target size of merged segments",
-            implemented=False,
         ),
         TableConfigKey(
             DELETE_RETENTION_MS,
             str(DELETE_RETENTION_MS_DEFAULT),
             _parse_int_at_least(0),
             "how long compaction keeps tombstones (ms)",
-            implemented=False,
+        ),
+        TableConfigKey(
+            MIN_CLEANABLE_DIRTY_RATIO,
+            str(MIN_CLEANABLE_DIRTY_RATIO_DEFAULT),
+            _parse_ratio,
+            "share of uncompacted bytes from which compaction runs",
         ),
         TableConfigKey(
             PRODUCER_ID_EXPIRATION_MS,
             str(PRODUCER_ID_EXPIRATION_MS_DEFAULT),
             _parse_int_at_least(1),
             "when an idle producer's state is dropped (ms)",
-            implemented=False,
+        ),
+        TableConfigKey(
+            VERSION_RETENTION_MS,
+            str(VERSION_RETENTION_MS_DEFAULT),
+            _parse_int_at_least(VERSION_RETENTION_MS_MIN),
+            "how long old versions stay readable (time travel, ms)",
+        ),
+        TableConfigKey(
+            MAINTENANCE_INTERVAL_MS,
+            str(MAINTENANCE_INTERVAL_MS_DEFAULT),
+            _parse_int_at_least(-1),
+            "how often a producer checks whether maintenance is due (ms; -1 never)",
+        ),
+        TableConfigKey(
+            MAINTENANCE_MERGE_MIN_ENTRIES,
+            str(MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT),
+            _parse_int_at_least(2),
+            "retained entries of a partition from which a producer starts a merge",
         ),
     )
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 
 import numpy as np
@@ -39,8 +39,9 @@ from txntable.planning import (
     FetchPlan,
     SegmentSlice,
     plan_fetch,
+    take,
 )
-from txntable.reader import SegmentCache, SegmentReader, slice_offsets, to_output
+from txntable.reader import SegmentCache, SegmentReader, slice_rows, to_output
 from txntable.records import (
     ConsumerRecord,
     TopicPartition,
@@ -313,7 +314,9 @@ class Consumer:
                 plan = plan_fetch(part, pos, self._end(part), committed, remaining, lookahead)
                 plans.append((tp, plan))
                 ahead.append((tp, plan.ahead))
-                remaining -= plan.rows
+                # At least this many: part of a merged segment holds a bounded number
+                # of rows until read, and reading cuts the fetch to the limit exactly.
+                remaining -= plan.min_rows
             elif tp in self._positions and not cache.holds(tp):
                 # Not read this poll and nothing fetched ahead yet: start its read-ahead
                 # (a partition read ahead when it was last read keeps what it has).
@@ -327,12 +330,16 @@ class Consumer:
         for tp, slices in ahead[1:] + ahead[:1]:
             cache.request(slices, tp)
         out = {}
+        positions = {}
+        budget = limit
         for tp, plan in plans:  # every segment is read before any position moves
-            if plan.slices:
-                out[tp] = self._rows(tp, plan.slices, cache)
-        for tp, plan in plans:
-            self._positions[tp] = plan.position
-            cache.release(tp, plan.position)
+            fetched, positions[tp] = self._read(tp, plan, budget, cache)
+            if fetched is not None:
+                out[tp] = fetched
+                budget -= len(fetched[1])
+        for tp, position in positions.items():
+            self._positions[tp] = position
+            cache.release(tp, position)
         return out
 
     def _fetch_position(self, tp: TopicPartition) -> tuple[PartitionState, int]:
@@ -349,10 +356,26 @@ class Consumer:
             pos = self._positions[tp]
         return part, pos
 
-    def _rows(self, tp: TopicPartition, slices: list[SegmentSlice], cache: SegmentCache) -> Fetched:
-        parts = [cache.get(s, tp).slice(s.row_start, s.rows) for s in slices]
-        rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-        return rows, slice_offsets(slices)
+    def _read(
+        self, tp: TopicPartition, plan: FetchPlan, budget: int, cache: SegmentCache
+    ) -> tuple[Fetched | None, int]:
+        """The rows of ``plan`` up to ``budget`` of them, and the position after them."""
+        found: list[Fetched] = []
+
+        def offsets() -> Iterator[np.ndarray]:
+            for s in plan.slices:  # read only as far as the budget goes
+                found.append(slice_rows(cache.get(s, tp), s))
+                yield found[-1][1]
+
+        counts, position = take(plan, offsets(), budget)
+        pairs = zip(found, counts, strict=True)
+        parts = [(rows.slice(0, n), offs[:n]) for (rows, offs), n in pairs if n]
+        if not parts:
+            return None, position
+        if len(parts) == 1:
+            return parts[0], position
+        rows = pa.concat_tables([p[0] for p in parts])
+        return (rows, np.concatenate([p[1] for p in parts])), position
 
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:

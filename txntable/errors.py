@@ -61,6 +61,18 @@ class VersionNotFoundError(TxnTableError):
     """Time travel to a log version the table does not have (Delta's version-not-found)."""
 
 
+class VersionNotAvailableError(VersionNotFoundError):
+    """Time travel to a version whose log was truncated by maintenance (outside the window)."""
+
+    def __init__(self, version: int, earliest: int) -> None:
+        super().__init__(
+            f"version {version} is no longer available: the log was truncated by maintenance "
+            f"and the earliest readable version is {earliest}"
+        )
+        self.version = version
+        self.earliest = earliest
+
+
 class UnsupportedProtocolError(TxnTableError):
     """The table needs a reader or writer protocol version this client does not implement."""
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from txntable.actions import (
-    READER_VERSION,
-    WRITER_VERSION,
+    CREATE_READER_VERSION,
+    CREATE_WRITER_VERSION,
     Action,
     CommitInfo,
     Metadata,
@@ -115,7 +115,7 @@ def open_group_table(store: Store, group_id: str, create: bool = True) -> Table 
         if not create:
             return None
         actions: list[Action] = [
-            Protocol(READER_VERSION, WRITER_VERSION),
+            Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
             Metadata(str(uuid.uuid4()), root, 1, createdTime=now_ms()),
             CommitInfo(now_ms(), "CREATE GROUP", uuid.uuid4().hex),
         ]

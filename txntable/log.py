@@ -17,13 +17,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from txntable import config
 from txntable.actions import (
+    MAINTENANCE_PROTOCOL_VERSION,
     Action,
     CommitInfo,
+    PartitionStart,
+    Protocol,
     check_protocol,
     decode_actions,
     encode_actions,
@@ -37,6 +41,7 @@ from txntable.errors import (
     StorageError,
     TransientStorageError,
     TxnTableError,
+    VersionNotAvailableError,
     VersionNotFoundError,
 )
 from txntable.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
@@ -46,6 +51,8 @@ LOG_DIR = "_log"
 LAST_CHECKPOINT = "_last_checkpoint"
 #: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
 CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
+#: Name of part ``i`` of ``n`` of a multi-part checkpoint (Delta's naming; 10-digit i and n).
+CHECKPOINT_PART_NAME = re.compile(r"([0-9]{20})\.checkpoint\.([0-9]{10})\.([0-9]{10})\.json")
 #: Name of a log version object.
 VERSION_NAME = re.compile(r"([0-9]{20})\.json")
 
@@ -72,17 +79,28 @@ class CommitPlan(Generic[T]):
 
 @dataclass(frozen=True)
 class LogListing:
-    """What a LIST of a log directory holds: version and checkpoint numbers, ascending."""
+    """What a LIST of a log directory holds: version and checkpoint numbers, ascending.
+
+    ``checkpoints`` holds the versions with a complete checkpoint (a single file, or every
+    part of a multi-part one); ``parts`` their part count (the largest complete set; 1 for a
+    single file).
+    """
 
     versions: list[int]
     checkpoints: list[int]
+    parts: dict[int, int] = field(default_factory=dict)
 
     def above(self, version: int) -> LogListing:
         """The part of the listing above ``version``."""
         return LogListing(
             [v for v in self.versions if v > version],
             [c for c in self.checkpoints if c > version],
+            {c: n for c, n in self.parts.items() if c > version},
         )
+
+    def parts_of(self, version: int) -> int:
+        """Part count of the checkpoint at ``version`` (1 if it is a single file)."""
+        return self.parts.get(version, 1)
 
 
 def find_gap(tip: int, listing: LogListing) -> tuple[int, str] | None:
@@ -119,6 +137,9 @@ class CommitStats:
     ambiguous: int = 0
     commits: int = 0
 
+
+#: Actions per checkpoint part: a larger state is written in several parts.
+CHECKPOINT_PART_ACTIONS = 50_000
 
 #: Amortised budget of a commit: entries a checkpoint may re-encode per committed version.
 CHECKPOINT_ENTRIES_PER_VERSION = 100
@@ -165,6 +186,7 @@ class Log:
         self.gap_check_interval_ms = gap_check_interval_ms
         self._gap_checked_at: float | None = None
         self.stats = CommitStats()
+        self.checkpoint_part_actions = CHECKPOINT_PART_ACTIONS
         self._lock = threading.Lock()
 
     # --- keys -----------------------------------------------------------------------------
@@ -173,9 +195,15 @@ class Log:
         """Key of log version ``version``."""
         return f"{self.root}/{LOG_DIR}/{version:020d}.json"
 
-    def checkpoint_key(self, version: int) -> str:
-        """Key of the checkpoint at ``version``."""
-        return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.json"
+    def checkpoint_key(self, version: int, part: int = 1, parts: int = 1) -> str:
+        """Key of part ``part`` of ``parts`` of the checkpoint at ``version``.
+
+        A single-part checkpoint is ``<v>.checkpoint.json`` (readable as such by v1 readers,
+        which refuse it on its protocol line); parts use Delta's multi-part naming.
+        """
+        if parts == 1:
+            return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.json"
+        return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.{part:010d}.{parts:010d}.json"
 
     @property
     def last_checkpoint_key(self) -> str:
@@ -194,18 +222,21 @@ class Log:
         return decode_actions(data, key)
 
     def exists(self) -> bool:
-        """Whether version 0 exists."""
+        """Whether version 0 exists (maintenance never deletes it)."""
         return self.store.head(self.version_key(0)) is not None
 
-    def _checkpoint_hint(self) -> int | None:
+    def _checkpoint_hint(self) -> tuple[int, int] | None:
         try:
-            data = self.store.get(self.last_checkpoint_key).data
-            version = loads_strict(data)["version"]
+            hint = loads_strict(self.store.get(self.last_checkpoint_key).data)
+            version = hint["version"]
+            parts = hint.get("parts", 1)
         except ObjectNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None  # a hint is never trusted blindly: fall back to listing
-        return version if isinstance(version, int) and version >= 0 else None
+        if not (isinstance(version, int) and version >= 0 and isinstance(parts, int)):
+            return None
+        return (version, parts) if parts >= 1 else None
 
     def listing(self, after: int | None = None) -> LogListing:
         """Version and checkpoint numbers in the log directory (one LIST).
@@ -218,36 +249,65 @@ class Log:
         prefix = f"{self.root}/{LOG_DIR}/"
         start = None if after is None else self.version_key(after)
         versions: list[int] = []
-        checkpoints: list[int] = []
+        parts: dict[int, int] = {}
+        multipart: dict[tuple[int, int], set[int]] = {}
         for key in self.store.list(prefix, start_after=start):
             name = key[len(prefix) :]
             if match := VERSION_NAME.fullmatch(name):
                 versions.append(int(match.group(1)))
             elif match := CHECKPOINT_NAME.fullmatch(name):
-                checkpoints.append(int(match.group(1)))
-        return LogListing(sorted(versions), sorted(checkpoints))
+                parts.setdefault(int(match.group(1)), 1)
+            elif match := CHECKPOINT_PART_NAME.fullmatch(name):
+                v, i, n = (int(g) for g in match.groups())
+                multipart.setdefault((v, n), set()).add(i)
+        for (v, n), found in multipart.items():
+            if found == set(range(1, n + 1)):
+                parts[v] = max(parts.get(v, 1), n)
+        return LogListing(sorted(versions), sorted(parts), parts)
 
-    def _read_checkpoint(self, version: int) -> TableSnapshot | None:
-        key = self.checkpoint_key(version)
+    def read_checkpoint(self, version: int, parts: int = 1) -> TableSnapshot | None:
+        """Load the checkpoint at ``version`` (``None`` if it is missing or a v1 stub).
+
+        Raises:
+            CorruptLogError: If a part is damaged or the state is inconsistent.
+        """
+        keys = [self.checkpoint_key(version, i, parts) for i in range(1, parts + 1)]
         try:
-            data = self.store.get(key).data
+            if parts == 1:
+                datas = [self.store.get(keys[0]).data]
+            else:
+                # Parts are independent objects: fetch them concurrently (latency-bound).
+                with ThreadPoolExecutor(min(parts, 8)) as pool:
+                    datas = [r.data for r in pool.map(self.store.get, keys)]
         except ObjectNotFoundError:
             return None
-        return load_checkpoint(version, decode_actions(data, key), key)
+        actions: list[Action] = []
+        for key, data in zip(keys, datas, strict=True):
+            actions.extend(decode_actions(data, key))
+        state = any(isinstance(a, PartitionStart) for a in actions[:3])
+        if not state and parts == 1:
+            first = actions[0]
+            stub = isinstance(first, Protocol) and (
+                first.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+            )
+            if stub:
+                return None  # a stub telling v1 readers to refuse a multi-part checkpoint
+        return load_checkpoint(version, actions, keys[0], state=state)
 
     def _checkpoint_candidates(
         self, version: int | None, listed: list[LogListing]
-    ) -> Iterator[int]:
+    ) -> Iterator[tuple[int, int]]:
         hint = self._checkpoint_hint()
-        if hint is not None and (version is None or hint <= version):
+        if hint is not None and (version is None or hint[0] <= version):
             yield hint
         # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
         # The listing is kept: the load checks its tip against it instead of listing again.
         listing = self.listing()
         listed.append(listing)
         for cp in sorted(listing.checkpoints, reverse=True):
-            if cp != hint and (version is None or cp <= version):
-                yield cp
+            candidate = (cp, listing.parts_of(cp))
+            if candidate != hint and (version is None or cp <= version):
+                yield candidate
 
     def load(self, version: int | None = None) -> TableSnapshot:
         """Load the snapshot at ``version`` (latest if ``None``): checkpoint, then the tail.
@@ -258,16 +318,18 @@ class Log:
 
         Raises:
             ObjectNotFoundError: If the log has no version 0 (no such table).
-            CorruptLogError: If a log version is damaged or missing.
+            CorruptLogError: If a log version is damaged or missing, or the log is truncated
+                and no checkpoint that covers it is readable.
             VersionNotFoundError: If ``version`` is beyond the newest version, or negative.
+            VersionNotAvailableError: If ``version`` is older than log cleanup kept.
         """
         if version is not None and version < 0:
             raise self._version_not_found(version)
         snap: TableSnapshot | None = None
         listed: list[LogListing] = []
-        for cp in self._checkpoint_candidates(version, listed):
+        for cp, parts in self._checkpoint_candidates(version, listed):
             try:
-                snap = self._read_checkpoint(cp)
+                snap = self.read_checkpoint(cp, parts)
             except CorruptLogError as e:
                 _log.warning("skipping damaged checkpoint: %s", e)
                 continue
@@ -279,12 +341,28 @@ class Log:
             if actions is None:
                 raise ObjectNotFoundError(self.version_key(0))
             snap.apply(0, actions, self.version_key(0))
+            if version != 0:
+                self._check_not_truncated(listed, version)
         self._probe(snap, up_to=version)
         if version is None or snap.version < version:
             self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
         if version is not None and snap.version != version:
             raise self._version_not_found(version, snap.version)
         return snap
+
+    def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
+        """Replay from version 0 needs version 1 onwards: refuse a truncated log."""
+        listing = listed[0] if listed else self.listing()
+        later = [v for v in listing.versions if v > 0]
+        if later and later[0] > 1:
+            earliest = min(listing.checkpoints, default=later[0])
+            if version is not None and version < earliest:
+                raise VersionNotAvailableError(version, earliest)
+            raise CorruptLogError(
+                f"log truncated before version {later[0]} and no checkpoint covering it is "
+                "readable",
+                self.root,
+            )
 
     def _version_not_found(self, version: int, newest: int | None = None) -> VersionNotFoundError:
         if newest is None:
@@ -446,19 +524,33 @@ class Log:
         if checkpoint_due(snap.version, self.checkpoint_interval, entries):
             self.write_checkpoint(snap)
 
-    def write_checkpoint(self, snap: TableSnapshot, strict: bool = False) -> None:
-        """Write the checkpoint of ``snap`` and point the hint at it.
+    def write_checkpoint(self, snap: TableSnapshot, strict: bool = False) -> bool:
+        """Write the checkpoint of ``snap`` and point the hint at it; return whether it landed.
 
-        A checkpoint is an optimisation: the log versions stay the source of truth, so a
+        A large state is split into parts of at most ``checkpoint_part_actions`` actions. A
+        checkpoint is an optimisation: the log versions stay the source of truth, so a
         failure here (after the commit it follows has landed) is logged, not raised, and
         costs only a longer replay later — unless ``strict`` (an explicit request to
         checkpoint, which must say when it failed).
         """
+        actions = checkpoint_actions(snap)
+        size = max(1, self.checkpoint_part_actions)
+        chunks = [actions[i : i + size] for i in range(0, len(actions), size)]
+        parts = len(chunks)
         try:
-            data = encode_actions(checkpoint_actions(snap))
-            self.store.put(self.checkpoint_key(snap.version), data)
-            self.store.put(self.last_checkpoint_key, json.dumps({"version": snap.version}).encode())
+            for i, chunk in enumerate(chunks, 1):
+                self.store.put(self.checkpoint_key(snap.version, i, parts), encode_actions(chunk))
+            assert snap.protocol is not None
+            if parts > 1 and snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
+                # v1 readers only know single-file checkpoints: give them one that holds the
+                # protocol, so they refuse the table instead of replaying a truncated log.
+                stub = encode_actions([snap.protocol, *actions[1:2]])
+                self.store.put(self.checkpoint_key(snap.version), stub)
+            hint = {"version": snap.version, "parts": parts, "size": len(actions)}
+            self.store.put(self.last_checkpoint_key, json.dumps(hint).encode())
         except (StorageError, OSError) as e:
             if strict:
                 raise
             _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)
+            return False
+        return True

@@ -10,18 +10,28 @@ read_committed follows Kafka's fetcher: the range ends at the last stable offset
 :func:`txntable.aborted.classify_entries` (the one filter of every reader) decides which
 batches are visible. A segment is exactly one producer batch, so an invisible batch is
 dropped here and its segment is never opened.
+
+A merged segment (protocol v2, :class:`~txntable.actions.Segment`) is always visible, but its
+records carry their offsets in a column, with gaps where maintenance dropped records: a plan
+bounds its slice by offsets, and which rows fall inside is found when the segment is read
+(:func:`txntable.reader.slice_rows`). A fetch limited to ``n`` records is therefore planned
+with a lower bound of the rows each slice holds and cut to ``n`` once the rows are known
+(:func:`take`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from txntable.aborted import Entry, classify_entries
-from txntable.actions import Batch
+from txntable.actions import Batch, Marker, Segment
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from txntable.snapshot import PartitionState, TableSnapshot
+
+if TYPE_CHECKING:
+    import numpy as np
 
 READ_COMMITTED: Final = "read_committed"
 READ_UNCOMMITTED: Final = "read_uncommitted"
@@ -87,7 +97,15 @@ def _check_offset(off: object, partition: int | None) -> int:
 
 @dataclass(frozen=True)
 class SegmentSlice:
-    """Rows ``[row_start, row_stop)`` of one segment; row ``i`` has offset ``base_offset + i``."""
+    """The records of one segment with offsets in ``[first_offset, next_offset)``.
+
+    A batch's segment holds one record per offset (row ``i`` has offset ``base_offset + i``),
+    so the slice is its rows ``[row_start, row_stop)`` and :attr:`rows` is exact. A merged
+    segment (``merged``) carries each record's offset in a column, with gaps where records
+    were dropped: ``row_start`` and ``row_stop`` then bound offsets (relative to
+    ``base_offset``), the rows are those whose offset falls inside (found when the segment
+    is read), and :attr:`rows` / :attr:`min_rows` bound their number.
+    """
 
     partition: int
     path: str
@@ -96,21 +114,39 @@ class SegmentSlice:
     row_start: int
     row_stop: int
     size: int
+    merged: bool = False
+    #: Offsets the segment covers (a merged segment's ``endOffset - baseOffset``); 0 for a
+    #: batch, whose span is its ``count``.
+    span: int = 0
 
     @property
     def rows(self) -> int:
-        """Number of rows kept."""
-        return self.row_stop - self.row_start
+        """Number of rows kept (for part of a merged segment: at most this many)."""
+        n = self.row_stop - self.row_start
+        return min(n, self.count) if self.merged else n
+
+    @property
+    def min_rows(self) -> int:
+        """At least this many rows are kept (:attr:`rows`, except for part of a merged
+        segment: its records minus the offsets of its range left out)."""
+        if not self.merged:
+            return self.rows
+        return max(0, self.count - (self.span - (self.row_stop - self.row_start)))
 
     @property
     def first_offset(self) -> int:
-        """Offset of the first row kept."""
+        """Offset of the first row kept (for a merged segment: no row kept is below it)."""
         return self.base_offset + self.row_start
 
     @property
     def next_offset(self) -> int:
-        """Offset after the last row kept."""
+        """Offset after the last row kept (for a merged segment: every row kept is below)."""
         return self.base_offset + self.row_stop
+
+    @property
+    def segment_end(self) -> int:
+        """Offset past the whole segment's range."""
+        return self.base_offset + (self.span if self.merged else self.count)
 
     @property
     def est_bytes(self) -> int:
@@ -243,38 +279,54 @@ def classify_range(
     """Entries holding offsets in ``[start, end)``, each with whether a reader returns it.
 
     read_committed uses :func:`txntable.aborted.classify_entries` (``end`` must be at most
-    the LSO); read_uncommitted sees every batch. Markers are never visible.
+    the LSO); read_uncommitted sees every batch and merged segment. Markers are never
+    visible.
     """
     entries = part.entries_between(start, end)
     if read_committed:
         assert end <= part.last_stable_offset, "read_committed range past the LSO"
         return classify_entries(entries, part.aborted_between(start, end))
-    return ((e, isinstance(e, Batch)) for e in entries)
+    return ((e, not isinstance(e, Marker)) for e in entries)
 
 
 @dataclass(frozen=True)
 class FetchPlan:
-    """What one fetch of a partition returns, and where its position goes.
+    """What one fetch of a partition may return, and where its position goes.
 
     Attributes:
-        slices: Rows to return, in offset order.
-        position: The position after the fetch: past every entry examined, so past skipped
-            markers and aborted batches too (a read_committed consumer sees gaps).
+        slices: Rows to return, in offset order. A fetch limited to ``n`` records may plan
+            more than ``n`` when merged segments are in range (their row counts are bounds
+            until read); :func:`take` cuts them to ``n``.
+        position: The position after the fetch when every slice is returned whole: past
+            every entry examined, so past skipped markers and aborted batches too (a
+            read_committed consumer sees gaps).
         ahead: The next visible slices after ``position`` (for read-ahead), possibly
             starting with the rest of the last batch of ``slices``.
+        start: The position the fetch starts from.
     """
 
     slices: list[SegmentSlice]
     position: int
     ahead: list[SegmentSlice]
+    start: int
 
     @property
     def rows(self) -> int:
-        """Rows the fetch returns."""
+        """Rows the slices hold at most."""
         return sum(s.rows for s in self.slices)
 
+    @property
+    def min_rows(self) -> int:
+        """Rows the slices hold at least (exact without part of a merged segment)."""
+        return sum(s.min_rows for s in self.slices)
 
-def _slice(part: int, entry: Batch, lo: int, hi: int) -> SegmentSlice:
+
+def _slice(part: int, entry: Batch | Segment, lo: int, hi: int) -> SegmentSlice:
+    if isinstance(entry, Segment):
+        span = entry.endOffset - entry.baseOffset
+        return SegmentSlice(
+            part, entry.path, entry.baseOffset, entry.count, lo, hi, entry.size, True, span
+        )
     return SegmentSlice(part, entry.path, entry.baseOffset, entry.count, lo, hi, entry.size)
 
 
@@ -289,9 +341,12 @@ def plan_fetch(
     """Plan reading ``part`` from ``position`` up to ``end``, at most ``max_records`` rows.
 
     As Kafka's fetcher: the records returned are the visible ones in offset order; the new
-    position is past the last entry examined, so entries skipped (markers, aborted batches)
-    move it even when no record is returned. Examination stops as soon as ``max_records``
-    rows are taken, so a marker right after them is skipped by the next fetch.
+    position is past the last entry examined, so entries skipped (markers, aborted batches,
+    merged segments left without records) move it even when no record is returned.
+    Examination stops as soon as the slices hold at least ``max_records`` rows, so a marker
+    right after them is skipped by the next fetch. A batch's slice is cut at the limit here;
+    a merged segment's slice covers the rest of its range, and :func:`take` cuts it once its
+    rows are known.
 
     Args:
         part: The partition's state.
@@ -303,34 +358,70 @@ def plan_fetch(
     """
     slices: list[SegmentSlice] = []
     ahead: list[SegmentSlice] = []
-    taken = 0
+    taken = 0  # rows the slices hold at least
     pos = position
     if end <= position:
-        return FetchPlan(slices, pos, ahead)
+        return FetchPlan(slices, pos, ahead, position)
     for entry, visible in classify_range(part, position, end, read_committed):
         full = max_records is not None and taken >= max_records
         if full and len(ahead) >= lookahead:
             break
-        if not visible:
+        # A merged segment may hold no record at all (its path is then empty).
+        if not visible or isinstance(entry, Marker) or entry.count == 0:
             if not full:
                 pos = max(pos, min(entry.next_offset, end))
             continue
-        assert isinstance(entry, Batch)
         lo = max(pos, entry.baseOffset) - entry.baseOffset
         hi = min(end, entry.next_offset) - entry.baseOffset
         if full:
             ahead.append(_slice(part.partition, entry, lo, hi))
             continue
-        if max_records is not None:
+        if max_records is not None and isinstance(entry, Batch):
             stop = min(hi, lo + max_records - taken)
             if stop < hi and lookahead:
                 ahead.append(_slice(part.partition, entry, stop, hi))
             hi = stop
         if hi > lo:
-            slices.append(_slice(part.partition, entry, lo, hi))
-            taken += hi - lo
+            s = _slice(part.partition, entry, lo, hi)
+            slices.append(s)
+            taken += s.min_rows
         pos = entry.baseOffset + hi
-    return FetchPlan(slices, pos, ahead)
+    return FetchPlan(slices, pos, ahead, position)
+
+
+def take(
+    plan: FetchPlan, found: Iterable[np.ndarray], max_records: int | None
+) -> tuple[list[int], int]:
+    """Cut a fetch to ``max_records`` rows once its slices' rows are known.
+
+    Args:
+        plan: The fetch.
+        found: For each slice of ``plan``, in order, the offsets of the rows it holds (as
+            read). Consumed only as far as needed: slices after the limit are not asked for.
+        max_records: Rows the fetch may return (``None``: no limit).
+
+    Returns:
+        How many rows of each slice the fetch returns (the first ones; slices not reached
+        are left out of the list), and the position after it: just past the last record
+        returned when the limit ends inside a slice; the slice's end offset when it ends
+        with a slice (an entry after it is skipped by the next fetch); ``plan.start`` when
+        nothing may be returned; else ``plan.position``.
+    """
+    taken: list[int] = []
+    budget = max_records
+    if budget is not None and budget <= 0:
+        return taken, plan.start
+    for s, offsets in zip(plan.slices, found, strict=False):
+        n = len(offsets)
+        if budget is not None and n > budget:
+            taken.append(budget)
+            return taken, int(offsets[budget - 1]) + 1
+        taken.append(n)
+        if budget is not None:
+            budget -= n
+            if budget == 0:
+                return taken, s.next_offset
+    return taken, plan.position
 
 
 def slices_in_range(

@@ -65,6 +65,7 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
+from txntable.maintenance import AutoMaintenance
 from txntable.partitioner import StickyPartitioner
 from txntable.producer_state import BatchMetadata
 from txntable.records import (
@@ -170,6 +171,9 @@ class Producer:
         max_request_size: Largest record accepted, and the most record bytes in one segment.
         transaction_timeout_ms: After this, the transaction may be aborted by others.
         delivery_timeout_ms: How long a flush retries transient storage errors.
+        auto_maintenance: After its commits, check (at most once per the table's
+            ``maintenance.interval.ms``) whether a table needs merge or retention, and run
+            ``Table.maintain`` in a background thread if so (never on the commit path).
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
@@ -190,6 +194,7 @@ class Producer:
         max_request_size: int = config.MAX_REQUEST_SIZE_DEFAULT,
         transaction_timeout_ms: int = config.TRANSACTION_TIMEOUT_MS_DEFAULT,
         delivery_timeout_ms: int = config.DELIVERY_TIMEOUT_MS_DEFAULT,
+        auto_maintenance: bool = True,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.PRODUCER_ARGUMENTS, locals())
@@ -251,6 +256,7 @@ class Producer:
         self._queued_memory = 0  # under _cond: queued and in-flight rows, encoded segments
         self._sending: list[Segment] = []  # the round in flight
         self._pool: ThreadPoolExecutor | None = None
+        self._maintenance = AutoMaintenance(warehouse.table) if auto_maintenance else None
         self._flush_requested = False
         self._closed = False
         self._exiting = False
@@ -1156,6 +1162,8 @@ class Producer:
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
         self._finish_stuck_transactions(table)
+        if self._maintenance is not None:
+            self._maintenance.after_commit(table)
         for segment, base in zip(segments, result.base_offsets, strict=True):
             segment.resolve(base)
 

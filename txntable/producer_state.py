@@ -125,8 +125,12 @@ def check_batch(
         )
     if first_seq == NO_SEQUENCE:
         return None
-    current_epoch = entry.epoch if entry is not None else NO_PRODUCER_EPOCH
-    current_last = entry.last_seq if entry is not None else NO_SEQUENCE
+    if entry is None:
+        # No state on the partition: a new producer, or one whose state expired
+        # (producer.id.expiration.ms). As Kafka, accept whatever sequence it continues at.
+        return None
+    current_epoch = entry.epoch
+    current_last = entry.last_seq
     if epoch != current_epoch or current_last == NO_SEQUENCE:
         # A new epoch (or a producer new to the partition) must start at sequence 0.
         if first_seq != 0:

@@ -1,18 +1,20 @@
 """Segment reading: planned slices in, Arrow out. The I/O half of every reader.
 
 :mod:`txntable.planning` decides which rows of which segments a reader returns; this module
-fetches them. Object-store reads are latency bound (tens of milliseconds per GET, whatever
-the size), so segments are fetched by a bounded thread pool, several ahead of the one being
-consumed: :func:`prefetch` for scans (``Table.scan``, the Spark executors) and
-:class:`SegmentCache` for the consumer, which keeps a byte budget (``fetch_max_bytes``) of
-segments in flight or decoded ahead of its positions.
+fetches them and finds a slice's rows in its segment (by row index in a batch's segment, by
+binary search on the offset column in a merged one). Object-store reads are latency bound
+(tens of milliseconds per GET, whatever the size), so segments are fetched by a bounded
+thread pool, several ahead of the one being consumed: :func:`prefetch` for scans
+(``Table.scan``, the Spark executors) and :class:`SegmentCache` for the consumer, which
+keeps a byte budget (``fetch_max_bytes``) of segments in flight or decoded ahead of its
+positions.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -25,11 +27,14 @@ import pyarrow.parquet as pq
 
 from txntable.planning import SegmentSlice
 from txntable.records import (
+    MERGED_SEGMENT_SCHEMA,
+    OFFSET_COLUMN,
     READ_HEADERS,
     READ_SCHEMA,
     READ_SCHEMA_NO_HEADERS,
     READ_TIMESTAMP,
     check_segment,
+    merged_offsets,
     read_segment,
 )
 from txntable.storage.base import Store, StoreWrapper, validate_key
@@ -71,49 +76,70 @@ class SegmentReader:
                 self._fs_resolved = True
             return self._fs
 
-    def read_segment(self, path: str, count: int, size: int) -> pa.Table:
-        """The whole segment at ``path``, checked to hold ``count`` records.
+    def read_segment(self, s: SegmentSlice) -> pa.Table:
+        """The whole segment of ``s``, checked against its batch or merged segment.
+
+        A merged segment keeps its ``offset`` column, in one chunk, checked to be strictly
+        increasing inside the segment's range.
 
         Raises:
             MissingSegmentError: If the segment object is gone.
             CorruptLogError: If it is not Parquet.
-            SchemaMismatchError: If it does not match its batch.
+            SchemaMismatchError: If it does not match its batch or merged segment.
         """
         direct = self._local or (
-            size > SMALL_SEGMENT_BYTES and not isinstance(self.store, StoreWrapper)
+            s.size > SMALL_SEGMENT_BYTES and not isinstance(self.store, StoreWrapper)
         )
         found = self._filesystem() if direct else None
+        table: pa.Table | None = None
         if found is not None:
             fs, base = found
-            validate_key(path)  # as the store would: a log entry must not escape the root
+            validate_key(s.path)  # as the store would: a log entry must not escape the root
             try:
-                with fs.open_input_file(f"{base}/{path}" if base else path) as f:
+                with fs.open_input_file(f"{base}/{s.path}" if base else s.path) as f:
                     table = pq.ParquetFile(f).read()
             except (OSError, pa.ArrowInvalid):
                 pass  # read again through the store, which raises the typed errors
             else:
-                return check_segment(table, path, count)
-        return read_segment(self.store, path, count)
+                table = check_segment(table, s.path, s.count, s.merged)
+        if table is None:
+            table = read_segment(self.store, s.path, s.count, s.merged)
+        if s.merged:
+            offsets = table.column(OFFSET_COLUMN)
+            if offsets.num_chunks != 1:  # one chunk: slice_rows reads it without a copy
+                table = table.set_column(
+                    0, MERGED_SEGMENT_SCHEMA.field(OFFSET_COLUMN), offsets.combine_chunks()
+                )
+            merged_offsets(table, s.path, s.base_offset, s.segment_end)
+        return table
 
     def read_slice(self, s: SegmentSlice) -> pa.Table:
         """The rows of ``s`` (segment columns)."""
-        table = self.read_segment(s.path, s.count, s.size)
-        if s.row_start or s.row_stop != s.count:
-            table = table.slice(s.row_start, s.rows)
-        return table
+        return slice_rows(self.read_segment(s), s)[0]
 
     def read_output(self, s: SegmentSlice, topic: str, include_headers: bool = True) -> pa.Table:
         """The rows of ``s`` in :data:`~txntable.records.READ_SCHEMA` (or without headers)."""
-        rows = self.read_slice(s)
-        return to_output(rows, slice_offsets([s]), s.partition, topic, include_headers)
+        rows, offsets = slice_rows(self.read_segment(s), s)
+        return to_output(rows, offsets, s.partition, topic, include_headers)
 
 
-def slice_offsets(slices: Sequence[SegmentSlice]) -> np.ndarray:
-    """The offset of every row of ``slices``, in order: row ``i`` has ``base_offset + i``."""
-    ranges = [np.arange(s.first_offset, s.next_offset, dtype=np.int64) for s in slices]
-    if len(ranges) == 1:
-        return ranges[0]
-    return np.concatenate(ranges) if ranges else np.zeros(0, dtype=np.int64)
+def slice_rows(segment: pa.Table, s: SegmentSlice) -> tuple[pa.Table, np.ndarray]:
+    """The rows of ``s`` in its decoded segment (segment columns), and their offsets.
+
+    A batch's rows are ``[row_start, row_stop)``, at ``base_offset`` plus the row index. A
+    merged segment's are those whose ``offset`` column value lies in ``[first_offset,
+    next_offset)`` (a binary search: the column is strictly increasing), at those offsets.
+    """
+    if not s.merged:
+        rows = segment
+        if s.row_start or s.row_stop != s.count:
+            rows = segment.slice(s.row_start, s.rows)
+        return rows, np.arange(s.first_offset, s.next_offset, dtype=np.int64)
+    column = segment.column(OFFSET_COLUMN)
+    all_offsets = column.chunk(0).to_numpy() if column.num_chunks == 1 else column.to_numpy()
+    lo, hi = (int(i) for i in np.searchsorted(all_offsets, [s.first_offset, s.next_offset]))
+    rows = segment.slice(lo, hi - lo).drop_columns([OFFSET_COLUMN])
+    return rows, all_offsets[lo:hi]
 
 
 def to_output(
@@ -224,8 +250,8 @@ class SegmentCache:
     def _submit(self, s: SegmentSlice, owner: Hashable) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="txntable-fetch")
-        future = self._pool.submit(self.reader.read_segment, s.path, s.count, s.size)
-        self._entries[s.path] = _Cached(future, s.size, owner, s.base_offset + s.count)
+        future = self._pool.submit(self.reader.read_segment, s)
+        self._entries[s.path] = _Cached(future, s.size, owner, s.segment_end)
         self._bytes += s.size
 
     def request(

@@ -2,7 +2,9 @@
 
 A segment holds one producer batch of one partition: columns ``key``, ``value``,
 ``headers`` and ``timestamp`` (the default record schema). Offsets are not stored; a reader
-computes them as the batch's base offset plus the row index.
+computes them as the batch's base offset plus the row index. A merged segment (protocol v2,
+written by maintenance) has an ``offset`` column first, because its records keep their
+offsets with gaps where records were dropped.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ SEGMENT_SCHEMA = pa.schema(
         pa.field("headers", pa.list_(pa.field("item", HEADER_TYPE, nullable=False))),
         pa.field("timestamp", pa.timestamp("ms", tz="UTC"), nullable=False),
     ]
+)
+
+#: A merged segment (protocol v2) carries each record's offset explicitly, first.
+OFFSET_COLUMN = "offset"
+MERGED_SEGMENT_SCHEMA = pa.schema(
+    [pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), *SEGMENT_SCHEMA]
 )
 
 #: What every reader returns (``Table.scan``, the Arrow poll, the Spark source): the segment
@@ -166,7 +174,7 @@ def encode_segment(records: list[ProducerRecord]) -> bytes:
 
 
 def encode_table(table: pa.Table) -> bytes:
-    """Encode a table in :data:`SEGMENT_SCHEMA` as a Parquet segment.
+    """Encode a table in :data:`SEGMENT_SCHEMA` (or :data:`MERGED_SEGMENT_SCHEMA`) as Parquet.
 
     zstd; no dictionary encoding or statistics for ``key`` and ``value``: they are mostly
     distinct, readers never filter on them, and both cost a pass over every byte.
@@ -177,7 +185,7 @@ def encode_table(table: pa.Table) -> bytes:
         sink,
         compression="zstd",
         use_dictionary=["headers.list.item.key", "timestamp"],
-        write_statistics=["timestamp"],
+        write_statistics=["timestamp", OFFSET_COLUMN],  # offsets: a merged segment's
     )
     return sink.getvalue().to_pybytes()
 
@@ -332,7 +340,9 @@ def _timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
     return ints.cast(TIMESTAMP_TYPE)
 
 
-def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
+def decode_segment(
+    data: bytes, path: str, expected_count: int, merged: bool = False
+) -> pa.Table:
     """Decode a Parquet segment and check it against its batch.
 
     Raises:
@@ -345,22 +355,26 @@ def decode_segment(data: bytes, path: str, expected_count: int) -> pa.Table:
         table = pq.ParquetFile(pa.BufferReader(data)).read()
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptLogError(f"segment is not readable Parquet ({e})", path) from None
-    return check_segment(table, path, expected_count)
+    return check_segment(table, path, expected_count, merged)
 
 
-def check_segment(table: pa.Table, path: str, expected_count: int) -> pa.Table:
-    """Check a decoded segment's schema and row count against its batch action.
+def check_segment(
+    table: pa.Table, path: str, expected_count: int, merged: bool = False
+) -> pa.Table:
+    """Check a decoded segment's schema and row count against its batch (or segment) action.
 
-    Columns are taken by name and cast to the segment schema: their order is free and
-    columns of other names are ignored (the spec's "any Parquet file that casts").
+    Columns are taken by name and cast to the segment schema (``merged``: the merged-segment
+    schema, with its offset column): their order is free and columns of other names are
+    ignored (the spec's "any Parquet file that casts").
 
     Raises:
         SchemaMismatchError: A segment column is missing, present twice or does not cast,
             or the row count differs from the batch's.
     """
-    if not table.schema.equals(SEGMENT_SCHEMA):
+    schema = MERGED_SEGMENT_SCHEMA if merged else SEGMENT_SCHEMA
+    if not table.schema.equals(schema):
         try:
-            table = table.select(SEGMENT_SCHEMA.names).cast(SEGMENT_SCHEMA)
+            table = table.select(schema.names).cast(schema)
         except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
             raise SchemaMismatchError(
                 f"segment {path} does not match the record schema: {e}"
@@ -372,8 +386,8 @@ def check_segment(table: pa.Table, path: str, expected_count: int) -> pa.Table:
     return table
 
 
-def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
-    """Read a committed batch's segment.
+def read_segment(store: Store, path: str, expected_count: int, merged: bool = False) -> pa.Table:
+    """Read a committed batch's segment (``merged``: a merged segment, with its offsets).
 
     Raises:
         MissingSegmentError: If the segment object is gone.
@@ -382,7 +396,32 @@ def read_segment(store: Store, path: str, expected_count: int) -> pa.Table:
         data = store.get_data_file(path)
     except ObjectNotFoundError:
         raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
-    return decode_segment(data, path, expected_count)
+    return decode_segment(data, path, expected_count, merged)
+
+
+def merged_offsets(table: pa.Table, path: str, base_offset: int, end_offset: int) -> np.ndarray:
+    """The offset column of a decoded merged segment, checked against its action.
+
+    Readers find rows by offset (a binary search), so the column must be what the spec
+    says: strictly increasing, inside ``[base_offset, end_offset)``.
+
+    Raises:
+        SchemaMismatchError: If it is not.
+    """
+    column = table.column(OFFSET_COLUMN)
+    offsets = (
+        column.chunk(0).to_numpy() if column.num_chunks == 1 else column.to_numpy()
+    )
+    if len(offsets) and (
+        offsets[0] < base_offset
+        or offsets[-1] >= end_offset
+        or not bool(np.all(offsets[1:] > offsets[:-1]))
+    ):
+        raise SchemaMismatchError(
+            f"segment {path}: offsets are not strictly increasing inside "
+            f"[{base_offset}, {end_offset})"
+        )
+    return offsets
 
 
 def rows_to_records(

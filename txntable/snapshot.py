@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from txntable.actions import (
+    MAINTENANCE_PROTOCOL_VERSION,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     AbortedTxn,
@@ -19,17 +20,28 @@ from txntable.actions import (
     AppTxn,
     Batch,
     CommitInfo,
+    ExpireProducer,
     LogStart,
     Marker,
     Metadata,
     OffsetCommit,
+    PartitionStart,
+    ProducerSnapshot,
     Protocol,
+    Segment,
     check_protocol,
 )
 from txntable.errors import CorruptLogError, UnknownTopicOrPartitionError
-from txntable.producer_state import ProducerEntry
+from txntable.producer_state import BatchMetadata, ProducerEntry
 
-Entry = Batch | Marker
+Entry = Batch | Marker | Segment
+#: Entries that hold records (a marker holds none).
+DataEntry = Batch | Segment
+
+
+def entry_size(entry: Entry) -> int:
+    """Bytes of storage an entry's segment takes (a marker: none)."""
+    return 0 if isinstance(entry, Marker) else entry.size
 
 
 @dataclass
@@ -45,6 +57,8 @@ class PartitionState:
     aborted_last_offsets: list[int] = field(default_factory=list)
     ongoing: dict[int, int] = field(default_factory=dict)
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
+    #: Bytes of the retained segments (``retention.bytes`` compares against it).
+    size_bytes: int = 0
 
     @property
     def high_watermark(self) -> int:
@@ -131,8 +145,14 @@ class TableSnapshot:
             raise UnknownTopicOrPartitionError(f"table {name} has no partition {p}")
         return self.partitions[p]
 
-    def apply(self, version: int, actions: Iterable[Action], path: str | None = None) -> None:
-        """Apply one log version in place.
+    def apply(
+        self,
+        version: int,
+        actions: Iterable[Action],
+        path: str | None = None,
+        checkpoint: bool = False,
+    ) -> None:
+        """Apply one log version (or, with ``checkpoint``, a v2 checkpoint) in place.
 
         Raises:
             CorruptLogError: If the version does not follow the snapshot or an action is
@@ -144,7 +164,7 @@ class TableSnapshot:
             raise CorruptLogError(f"version {version} does not follow {self.version}", path)
         try:
             for action in actions:
-                apply_action(self, action, path)
+                apply_action(self, action, path, checkpoint)
             if self.protocol is None or self.metadata is None:
                 raise CorruptLogError("table has no protocol or metadata action", path)
         except BaseException:
@@ -170,13 +190,72 @@ def _append(part: PartitionState, entry: Entry, path: str | None) -> None:
     part.entries.append(entry)
     part.entry_offsets.append(entry.baseOffset)
     part.log_end_offset = entry.next_offset
+    part.size_bytes += entry_size(entry)
 
 
-def apply_action(snap: TableSnapshot, action: Action, path: str | None = None) -> None:
-    """Apply one action to a snapshot in place (the replay rules of the spec)."""
+def _replace_range(part: PartitionState, seg: Segment, path: str | None) -> None:
+    """Swap the entries covering exactly ``[seg.baseOffset, seg.endOffset)`` for ``seg``."""
+    where = f"segment [{seg.baseOffset}, {seg.endOffset}) on partition {part.partition}"
+    if seg.endOffset > part.last_stable_offset:
+        raise CorruptLogError(f"{where} reaches past the LSO {part.last_stable_offset}", path)
+    offsets = part.entry_offsets
+    i = bisect.bisect_left(offsets, seg.baseOffset)
+    j = bisect.bisect_left(offsets, seg.endOffset, i)
+    if i >= len(offsets) or offsets[i] != seg.baseOffset or j <= i:
+        raise CorruptLogError(f"{where} does not start at a retained entry", path)
+    if part.entries[j - 1].next_offset != seg.endOffset:
+        raise CorruptLogError(f"{where} does not end at an entry boundary", path)
+    part.size_bytes -= sum(entry_size(e) for e in part.entries[i:j])
+    part.entries[i:j] = [seg]
+    offsets[i:j] = [seg.baseOffset]
+    part.size_bytes += seg.size
+    # Index entries of transactions wholly inside the range describe nothing any more.
+    lo = bisect.bisect_left(part.aborted_last_offsets, seg.baseOffset)
+    hi = bisect.bisect_left(part.aborted_last_offsets, seg.endOffset, lo)
+    if hi > lo:
+        kept = [a for a in part.aborted[lo:hi] if a.firstOffset < seg.baseOffset]
+        part.aborted[lo:hi] = kept
+        part.aborted_last_offsets[lo:hi] = [a.lastOffset for a in kept]
+
+
+def _drop_below_log_start(part: PartitionState) -> None:
+    """Forget entries and index entries wholly below the log start offset (v2 replay).
+
+    Never at or above the LSO: delete-records may pass an open transaction's first offset,
+    and its first batch is what names the transaction (to abort it once timed out).
+    """
+    start = min(part.log_start_offset, part.last_stable_offset)
+    i = bisect.bisect_right(part.entry_offsets, start) - 1
+    if i >= 0 and part.entries[i].next_offset <= start:
+        i += 1
+    if i > 0:
+        part.size_bytes -= sum(entry_size(e) for e in part.entries[:i])
+        del part.entries[:i]
+        del part.entry_offsets[:i]
+    k = bisect.bisect_left(part.aborted_last_offsets, start)
+    if k:
+        del part.aborted[:k]
+        del part.aborted_last_offsets[:k]
+
+
+def apply_action(
+    snap: TableSnapshot, action: Action, path: str | None = None, checkpoint: bool = False
+) -> None:
+    """Apply one action to a snapshot in place (the replay rules of the spec).
+
+    With ``checkpoint`` the action comes from a v2 checkpoint, which holds state rather
+    than history: entries are appended without touching producer state (``producerState``
+    actions carry it), and the checkpoint-only actions are allowed.
+    """
+    if checkpoint and isinstance(action, Batch | Marker | Segment):
+        _append(_partition(snap, action.partition, path), action, path)
+        return
     if isinstance(action, Protocol):
         check_protocol(action)
         snap.protocol = action
+        if action.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
+            for part in snap.partitions:
+                _drop_below_log_start(part)
     elif isinstance(action, Metadata):
         if action.partitions < len(snap.partitions):
             raise CorruptLogError("metadata reduces the number of partitions", path)
@@ -213,6 +292,20 @@ def apply_action(snap: TableSnapshot, action: Action, path: str | None = None) -
     elif isinstance(action, LogStart):
         part = _partition(snap, action.partition, path)
         part.log_start_offset = max(part.log_start_offset, min(action.offset, part.log_end_offset))
+        v2 = snap.protocol is not None and (
+            snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+        )
+        if v2:
+            # v2: nothing below the log start is ever read again; v1 keeps the entries.
+            _drop_below_log_start(part)
+    elif isinstance(action, Segment):
+        _replace_range(_partition(snap, action.partition, path), action, path)
+    elif isinstance(action, ExpireProducer):
+        _expire_producer(snap, action.producerId, path)
+    elif isinstance(action, PartitionStart | ProducerSnapshot):
+        if not checkpoint:
+            raise CorruptLogError(f"{action.NAME} is only valid in a checkpoint", path)
+        _restore(snap, action, path)
     elif isinstance(action, AppTxn):
         snap.app_txns[action.appId] = action
     elif isinstance(action, OffsetCommit):
@@ -224,6 +317,50 @@ def apply_action(snap: TableSnapshot, action: Action, path: str | None = None) -
             snap.offsets[key] = action
     elif isinstance(action, CommitInfo):
         snap.last_commit_timestamp = max(snap.last_commit_timestamp, action.timestamp)
+
+
+def _expire_producer(snap: TableSnapshot, pid: int, path: str | None) -> None:
+    if pid in snap.pending_offsets or any(pid in p.ongoing for p in snap.partitions):
+        raise CorruptLogError(f"expireProducer {pid}: the producer has an open transaction", path)
+    for part in snap.partitions:
+        part.producers.pop(pid, None)
+    snap.producer_epochs.pop(pid, None)
+
+
+def _restore(
+    snap: TableSnapshot, action: PartitionStart | ProducerSnapshot, path: str | None
+) -> None:
+    part = _partition(snap, action.partition, path)
+    if isinstance(action, PartitionStart):
+        if part.entries or part.log_end_offset:
+            raise CorruptLogError(f"partitionStart {action.partition} is not first", path)
+        part.log_start_offset = action.logStartOffset
+        part.log_end_offset = action.baseOffset
+        return
+    entry = _producer(part, action.producerId)
+    entry.epoch = action.epoch
+    entry.batches.clear()
+    entry.batches.extend(BatchMetadata(*b) for b in action.batches)
+    entry.coordinator_epoch = action.coordinatorEpoch
+    entry.last_timestamp = action.lastTimestamp
+    if action.currentTxnFirstOffset >= 0:
+        entry.current_txn_first_offset = action.currentTxnFirstOffset
+        part.ongoing[action.producerId] = action.currentTxnFirstOffset
+    _raise_epoch(snap, action.producerId, action.epoch)
+
+
+def producer_snapshot(partition: int, pid: int, entry: ProducerEntry) -> ProducerSnapshot:
+    """The checkpoint form of one producer's state on one partition."""
+    first = entry.current_txn_first_offset
+    return ProducerSnapshot(
+        partition=partition,
+        producerId=pid,
+        epoch=entry.epoch,
+        batches=tuple((b.first_seq, b.last_seq, b.base_offset, b.count) for b in entry.batches),
+        currentTxnFirstOffset=-1 if first is None else first,
+        coordinatorEpoch=entry.coordinator_epoch,
+        lastTimestamp=entry.last_timestamp,
+    )
 
 
 def _raise_epoch(snap: TableSnapshot, pid: int, epoch: int) -> None:
@@ -246,18 +383,24 @@ def replay(versions: Iterable[tuple[int, list[Action]]]) -> TableSnapshot:
 
 
 def checkpoint_actions(snap: TableSnapshot) -> list[Action]:
-    """Actions that, replayed as one version, rebuild ``snap`` exactly (a checkpoint).
+    """The v2 checkpoint of ``snap``: its state, not its history.
 
-    Batches and markers are kept in offset order per partition, so replaying them also
-    rebuilds the producer state (epochs, last five batches, open transactions).
+    Per partition: ``partitionStart``, the retained entries in offset order (batches,
+    markers, merged segments), the aborted index, and one ``producerState`` per producer
+    (Kafka's producer snapshot), so the checkpoint stays O(live state) after merges,
+    retention and producer expiry. Loaded with :func:`load_checkpoint` (``state=True``).
     """
     assert snap.protocol is not None and snap.metadata is not None
     out: list[Action] = [snap.protocol, snap.metadata]
     for part in snap.partitions:
+        first = part.entries[0].baseOffset if part.entries else part.log_end_offset
+        out.append(PartitionStart(part.partition, part.log_start_offset, first))
         out.extend(part.entries)
         out.extend(part.aborted)
-        if part.log_start_offset:
-            out.append(LogStart(part.partition, part.log_start_offset))
+        out.extend(
+            producer_snapshot(part.partition, pid, entry)
+            for pid, entry in sorted(part.producers.items())
+        )
     out.extend(snap.app_txns.values())
     # A committed transactional offset keeps its producer id; replayed as such it would be
     # pending again (its COMMIT marker is behind the checkpoint), so write it as plain.
@@ -274,8 +417,14 @@ def checkpoint_actions(snap: TableSnapshot) -> list[Action]:
     return out
 
 
-def load_checkpoint(version: int, actions: list[Action], path: str | None = None) -> TableSnapshot:
-    """Rebuild the snapshot at ``version`` from a checkpoint's actions."""
+def load_checkpoint(
+    version: int, actions: list[Action], path: str | None = None, state: bool = False
+) -> TableSnapshot:
+    """Rebuild the snapshot at ``version`` from a checkpoint's actions.
+
+    ``state``: a v2 checkpoint (:func:`checkpoint_actions`); else a v1 checkpoint, which is
+    replayed as one version.
+    """
     snap = TableSnapshot(version=version - 1)
-    snap.apply(version, actions, path)
+    snap.apply(version, actions, path, checkpoint=state)
     return snap

@@ -21,7 +21,14 @@ from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
 
 if TYPE_CHECKING:
+    from txntable.maintenance import (
+        CheckpointReport,
+        LogCleanupReport,
+        MaintenanceReport,
+    )
+    from txntable.merge import RewriteReport
     from txntable.recovery import StuckTransactionFinisher
+    from txntable.retention import ExpiryReport, RetentionReport
     from txntable.scan import Offsets, TableScan
     from txntable.vacuum import VacuumReport
     from txntable.verify import VerifyReport
@@ -300,23 +307,77 @@ class Table:
         return plan.result
 
     def vacuum(self, retention_ms: int | None = None, dry_run: bool = False) -> VacuumReport:
-        """Delete unreferenced segment files older than ``retention_ms`` (Delta's VACUUM).
+        """Delete segment files that no version of the retention window references and that
+        are older than ``retention_ms`` (Delta's VACUUM).
 
-        See :mod:`txntable.vacuum` (default retention: a week).
+        See :mod:`txntable.vacuum` (default retention: the table's ``version.retention.ms``,
+        a week).
         """
-        from txntable.vacuum import RETENTION_MS_DEFAULT, vacuum
+        from txntable.maintenance import MaintenanceConfig
+        from txntable.vacuum import vacuum
 
-        return vacuum(self, RETENTION_MS_DEFAULT if retention_ms is None else retention_ms, dry_run)
+        if retention_ms is None:
+            retention_ms = MaintenanceConfig.of(self.snapshot()).version_retention_ms
+        return vacuum(self, retention_ms, dry_run)
 
-    def checkpoint(self) -> int:
-        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``); return it.
+    def optimize(self, target_bytes: int | None = None) -> RewriteReport:
+        """Merge runs of small segments below the LSO into segments of ``segment.bytes``.
+
+        Offsets never change; markers and aborted data are dropped. One log version swaps
+        the runs for the merged segments, then a checkpoint is written. See
+        :mod:`txntable.merge`.
+        """
+        from txntable.maintenance import rewrite
+
+        return rewrite(self, compact=False, target_bytes=target_bytes)
+
+    def compact(self, force: bool = True, now: int | None = None) -> RewriteReport:
+        """Key compaction (Kafka's log cleaner) below the LSO: keep the latest record per key.
+
+        Tombstones (null values) go once ``delete.retention.ms`` has passed since a
+        compaction first kept them. ``force=False`` skips partitions whose dirty ratio is
+        below ``min.cleanable.dirty.ratio``.
+        """
+        from txntable.maintenance import rewrite
+
+        return rewrite(self, compact=True, now=now, force=force)
+
+    def apply_retention(self, now: int | None = None) -> RetentionReport:
+        """Advance log start offsets per ``retention.ms`` / ``retention.bytes``."""
+        from txntable.maintenance import apply_retention
+
+        return apply_retention(self, now)
+
+    def expire_producers(self, now: int | None = None) -> ExpiryReport:
+        """Forget producers idle past ``producer.id.expiration.ms`` with nothing open."""
+        from txntable.maintenance import expire_producers
+
+        return expire_producers(self, now)
+
+    def checkpoint(self) -> CheckpointReport:
+        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``).
 
         Raises:
             StorageError: If the checkpoint or its hint could not be written.
         """
-        snap = self.snapshot()
-        self.log.write_checkpoint(snap, strict=True)
-        return snap.version
+        from txntable.maintenance import checkpoint
+
+        return checkpoint(self)
+
+    def clean_log(self, now: int | None = None) -> LogCleanupReport:
+        """Delete log versions and checkpoints older than the time-travel window."""
+        from txntable.maintenance import clean_log
+
+        return clean_log(self, now)
+
+    def maintain(
+        self, now: int | None = None, vacuum: bool = True, dry_run: bool = False
+    ) -> MaintenanceReport:
+        """Retention, producer expiry, compaction or merge, checkpoint, log cleanup and
+        vacuum, as the table's configuration says. See :mod:`txntable.maintenance`."""
+        from txntable.maintenance import maintain
+
+        return maintain(self, now, vacuum, dry_run)
 
     def verify(
         self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None

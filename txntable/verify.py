@@ -31,10 +31,14 @@ from txntable.actions import (
     AppTxn,
     Batch,
     CommitInfo,
+    ExpireProducer,
     LogStart,
     Marker,
     Metadata,
     OffsetCommit,
+    PartitionStart,
+    ProducerSnapshot,
+    Segment,
     decode_actions,
 )
 from txntable.errors import (
@@ -45,11 +49,11 @@ from txntable.errors import (
     SchemaMismatchError,
 )
 from txntable.producer_state import check_batch
-from txntable.records import decode_segment
-from txntable.snapshot import PartitionState, TableSnapshot, apply_action, load_checkpoint
+from txntable.records import decode_segment, merged_offsets
+from txntable.snapshot import PartitionState, TableSnapshot, apply_action
 
 if TYPE_CHECKING:
-    from txntable.log import Log
+    from txntable.log import Log, LogListing
 
 Severity = Literal["error", "warning"]
 T = TypeVar("T")
@@ -103,6 +107,12 @@ RULES: dict[str, tuple[Severity, str]] = {
     "segment.mismatch": ("error", "a segment casts to the record schema and has count rows"),
     "segment.size": ("error", "a batch's size is its segment's size in bytes"),
     "segment.timestamps": ("error", "a batch's min/max timestamps are its records'"),
+    "merge.above-lso": ("error", "a merged segment never reaches past the LSO"),
+    "merge.range": ("error", "a merged segment replaces whole retained entries"),
+    "merge.path": ("error", "a merged segment's file lies under <table>/data/<partition>/"),
+    "merge.offsets": ("error", "a merged segment's offsets increase inside its range"),
+    "expire.open-transaction": ("error", "an expired producer has nothing open"),
+    "checkpoint.only": ("error", "partitionStart and producerState appear in checkpoints only"),
 }
 
 _COMMIT_ID = re.compile(r"[0-9a-f]{32}")
@@ -186,17 +196,14 @@ class LogChecker:
 
     # --- entry points ------------------------------------------------------------------------
 
-    def start_from_checkpoint(self, version: int, actions: list[Action]) -> None:
-        """Start from a checkpoint's state (a log whose older versions are gone).
-
-        Raises:
-            CorruptLogError: If the checkpoint does not replay.
-        """
-        self.snapshot = load_checkpoint(version, actions)
+    def start_from_checkpoint(self, snapshot: TableSnapshot) -> None:
+        """Start from a checkpoint's state (a log whose older versions are gone: truncated by
+        log cleanup, or never there)."""
+        self.snapshot = snapshot
         for part in self.snapshot.partitions:
             for e in part.entries:
-                if isinstance(e, Batch):
-                    self._paths[e.path] = version
+                if not isinstance(e, Marker) and e.path:
+                    self._paths[e.path] = snapshot.version
 
     def skip_to(self, version: int, reason: str, rule: str = "log.missing-version") -> None:
         """Record that versions up to ``version`` cannot be applied, and move past them.
@@ -357,6 +364,21 @@ class LogChecker:
             self._log_start(action)
         elif isinstance(action, Metadata):
             self._metadata(action)
+        elif isinstance(action, Segment):
+            self._segment(action)
+        elif isinstance(action, ExpireProducer):
+            pid = action.producerId
+            open_on = [p.partition for p in self.snapshot.partitions if pid in p.ongoing]
+            if open_on or pid in self.snapshot.pending_offsets:
+                self._report(
+                    "expire.open-transaction",
+                    f"producer {pid} expired with a transaction open (partitions {open_on}) or "
+                    "offset commits pending; not applied",
+                )
+                return
+            self._apply(action)
+        elif isinstance(action, PartitionStart | ProducerSnapshot):
+            self._report("checkpoint.only", f"{action.NAME} in a log version; not applied")
         elif isinstance(action, AppTxn):
             prev = self.snapshot.app_txns.get(action.appId)
             if prev is not None and action.version <= prev.version:
@@ -373,6 +395,46 @@ class LogChecker:
             self._apply(action)
         else:  # protocol, commitInfo: nothing to check beyond decoding
             self._apply(action)
+
+    def _segment(self, seg: Segment) -> None:
+        part = self._partition(seg.partition)
+        if part is None:
+            return
+        loc = (seg.partition, seg.baseOffset)
+        if seg.endOffset > part.last_stable_offset:
+            self._report(
+                "merge.above-lso",
+                f"segment [{seg.baseOffset}, {seg.endOffset}) reaches past the LSO "
+                f"{part.last_stable_offset}; not applied",
+                at=loc,
+            )
+            return
+        covered = list(part.entries_between(seg.baseOffset, seg.endOffset))
+        if (
+            not covered
+            or covered[0].baseOffset != seg.baseOffset
+            or covered[-1].next_offset != seg.endOffset
+        ):
+            self._report(
+                "merge.range",
+                f"segment [{seg.baseOffset}, {seg.endOffset}) does not cover whole retained "
+                "entries; not applied",
+                at=loc,
+            )
+            return
+        if seg.path:
+            prefix = f"{self.name}/data/{seg.partition}/"
+            if not seg.path.startswith(prefix) or "/" in seg.path[len(prefix) :]:
+                self._report("merge.path", f"segment {seg.path} is not under {prefix}", at=loc)
+            if seg.path in self._paths:
+                self._report(
+                    "batch.path-reused",
+                    f"segment {seg.path} is already used by version {self._paths[seg.path]}",
+                    path=seg.path,
+                    at=loc,
+                )
+            self._paths.setdefault(seg.path, self._version)
+        self._apply(seg)
 
     def _metadata(self, action: Metadata) -> None:
         old = self.snapshot.metadata
@@ -628,6 +690,30 @@ def check_segment(batch: Batch, data: bytes | None) -> list[Violation]:
     return out
 
 
+def check_merged_segment(seg: Segment, data: bytes | None) -> list[Violation]:
+    """Check a merged segment's bytes against its ``segment`` action (pure)."""
+
+    def found(rule: str, message: str) -> Violation:
+        return Violation(rule, message, None, seg.partition, seg.baseOffset, seg.path)
+
+    if data is None:
+        return [found("segment.missing", f"segment {seg.path} is missing")]
+    out: list[Violation] = []
+    if len(data) != seg.size:
+        out.append(found("segment.size", f"{len(data)} bytes, its action says {seg.size}"))
+    try:
+        table = decode_segment(data, seg.path, seg.count, merged=True)
+    except CorruptLogError as e:
+        return [*out, found("segment.corrupt", str(e))]
+    except SchemaMismatchError as e:
+        return [*out, found("segment.mismatch", str(e))]
+    try:
+        merged_offsets(table, seg.path, seg.baseOffset, seg.endOffset)  # what readers check
+    except SchemaMismatchError as e:
+        out.append(found("merge.offsets", str(e)))
+    return out
+
+
 # --- the driver: the only I/O ------------------------------------------------------------------
 
 #: Concurrent GETs of log versions and segments (object-store latency, not CPU, is the limit).
@@ -671,8 +757,11 @@ def verify_log(
     versions, checkpoints = listing.versions, set(listing.checkpoints)
     if not versions and not checkpoints:
         raise ObjectNotFoundError(log.version_key(0))
-    if not versions or versions[0] != 0:
-        start = _start_from_checkpoint(log, checker, versions, checkpoints)
+    # Log cleanup keeps version 0 and deletes 1 .. C-1: start from a checkpoint then too.
+    later = [v for v in versions if v > 0]
+    truncated = bool(later) and later[0] > 1
+    if not versions or versions[0] != 0 or truncated:
+        start = _start_from_checkpoint(log, checker, later if truncated else versions, listing)
         if start is None:
             report.add(
                 [Violation("log.missing-version", "version 0 is missing and no checkpoint "
@@ -699,7 +788,8 @@ def verify_log(
             report.versions_checked += 1
             if version in checkpoints:
                 report.checkpoints_checked += 1
-                report.add(_check_checkpoint(log, version, checker.snapshot))
+                parts = listing.parts_of(version)
+                report.add(_check_checkpoint(log, version, parts, checker.snapshot))
             done += 1
             if progress is not None:
                 progress("log", done, len(versions))
@@ -711,7 +801,7 @@ def verify_log(
                 e
                 for part in checker.snapshot.partitions
                 for e in part.entries
-                if isinstance(e, Batch)
+                if not isinstance(e, Marker) and e.path
             ]
             for i, (_, found) in enumerate(
                 _ordered(lambda b: _read_segment(log, b), batches, pool, 32), 1
@@ -724,17 +814,17 @@ def verify_log(
 
 
 def _start_from_checkpoint(
-    log: Log, checker: LogChecker, versions: list[int], checkpoints: set[int]
+    log: Log, checker: LogChecker, versions: list[int], listing: LogListing
 ) -> int | None:
     """Start a log whose first versions are gone from the oldest usable checkpoint."""
-    first = versions[0] if versions else max(checkpoints) + 1
-    for c in sorted(c for c in checkpoints if c >= first - 1):
-        actions = _read_decoded(log, log.checkpoint_key(c))
-        if isinstance(actions, list):
-            try:
-                checker.start_from_checkpoint(c, actions)
-            except CorruptLogError:
-                continue
+    first = versions[0] if versions else max(listing.checkpoints) + 1
+    for c in sorted(c for c in listing.checkpoints if c >= first - 1):
+        try:
+            snap = log.read_checkpoint(c, listing.parts_of(c))
+        except CorruptLogError:
+            continue
+        if snap is not None:
+            checker.start_from_checkpoint(snap)
             return c
     return None
 
@@ -750,25 +840,26 @@ def _read_decoded(log: Log, key: str) -> list[Action] | CorruptLogError | None:
         return e
 
 
-def _read_segment(log: Log, batch: Batch) -> list[Violation]:
+def _read_segment(log: Log, entry: Batch | Segment) -> list[Violation]:
     try:
-        data: bytes | None = log.store.get_data_file(batch.path)
+        data: bytes | None = log.store.get_data_file(entry.path)
     except ObjectNotFoundError:
         data = None
-    return check_segment(batch, data)
+    if isinstance(entry, Segment):
+        return check_merged_segment(entry, data)
+    return check_segment(entry, data)
 
 
-def _check_checkpoint(log: Log, version: int, expected: TableSnapshot) -> list[Violation]:
-    key = log.checkpoint_key(version)
-    actions = _read_decoded(log, key)
-    if actions is None:
-        return []
-    if isinstance(actions, CorruptLogError):
-        return [Violation("checkpoint.corrupt", str(actions), version, path=key)]
+def _check_checkpoint(
+    log: Log, version: int, parts: int, expected: TableSnapshot
+) -> list[Violation]:
+    key = log.checkpoint_key(version, 1, parts)
     try:
-        got = load_checkpoint(version, actions, key)
+        got = log.read_checkpoint(version, parts)
     except CorruptLogError as e:
         return [Violation("checkpoint.corrupt", str(e), version, path=key)]
+    if got is None:
+        return []
     return compare_snapshots(version, expected, got)
 
 

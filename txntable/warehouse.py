@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from txntable import config
 from txntable.actions import (
-    READER_VERSION,
-    WRITER_VERSION,
+    CREATE_READER_VERSION,
+    CREATE_WRITER_VERSION,
     Action,
     CommitInfo,
     Metadata,
@@ -127,7 +127,7 @@ class Warehouse:
         settings = config.validate_table_configuration(configuration)
         log = Log(self.store, name)
         actions: list[Action] = [
-            Protocol(READER_VERSION, WRITER_VERSION),
+            Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
             Metadata(
                 tableId=str(uuid.uuid4()),
                 name=name,

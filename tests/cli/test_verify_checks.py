@@ -284,10 +284,10 @@ def test_checkpoint_that_differs_from_the_replay() -> None:
     for v, actions in enumerate([v0(), *good_history()]):
         checker.apply_version(v, actions)
     snap = checker.snapshot
-    good = load_checkpoint(snap.version, checkpoint_actions(snap))
+    good = load_checkpoint(snap.version, checkpoint_actions(snap), state=True)
     assert compare_snapshots(snap.version, snap, good) == []
     dropped = [a for a in checkpoint_actions(snap) if not isinstance(a, AbortedTxn)]
-    bad = load_checkpoint(snap.version, dropped)
+    bad = load_checkpoint(snap.version, dropped, state=True)
     assert compare_snapshots(snap.version, snap, bad) == [
         Violation(
             "checkpoint.mismatch",

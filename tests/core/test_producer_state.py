@@ -34,10 +34,16 @@ def check(entry: ProducerEntry | None, epoch: int, first: int, last: int, table_
     return check_batch(entry, table_epoch, PID, epoch, first, last, 0)
 
 
-def test_new_producer_starts_at_zero() -> None:
+def test_producer_unknown_to_the_partition_may_start_at_any_sequence() -> None:
+    # Kafka's rule: the state of an idle producer may have expired (producer.id.expiration.ms),
+    # so a producer without state continues at whatever sequence it sends.
     assert check(None, 0, 0, 4) is None
+    assert check(None, 0, 3, 4) is None
+
+
+def test_known_producer_in_a_new_epoch_starts_at_zero() -> None:
     with pytest.raises(OutOfOrderSequenceError, match="first sequence must be 0, got 3"):
-        check(None, 0, 3, 4)
+        check(entry_with((0, 3, 0)), 1, 3, 4)
 
 
 def test_in_sequence_batches_are_accepted() -> None:

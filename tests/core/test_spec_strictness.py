@@ -205,12 +205,13 @@ def test_segment_with_a_column_twice(wh: Warehouse) -> None:
 # --- 10. checkpoint logStart field, offsetCommit.offset >= 0 -----------------------------------
 
 
-def test_checkpoint_writes_log_start_as_the_log_start_action() -> None:
+def test_checkpoint_writes_log_start_in_partition_start() -> None:
+    # v2 checkpoints carry the log start offset in partitionStart (spec: Checkpoints).
     snap = replay(enumerate([version0(1), [LogStart(0, 0)]]))
     snap.partitions[0].log_end_offset = 9
-    snap.partitions[0].log_start_offset = 4
+    snap.partitions[0].log_start_offset = 9
     lines = encode_actions(checkpoint_actions(snap)).decode().splitlines()
-    assert '{"logStart":{"offset":4,"partition":0}}' in lines
+    assert '{"partitionStart":{"baseOffset":9,"logStartOffset":9,"partition":0}}' in lines
 
 
 @pytest.mark.parametrize("offset", [-1, -5])

@@ -1,0 +1,146 @@
+"""Spark reads a maintained table exactly as before: merged segments (explicit offsets),
+retention and compaction, on randomized histories (hypothesis, few examples: Spark is slow)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+from core.maintutil import HISTORY_FOR_CRASH, Op, op_lists, open_transaction, run_history
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from txntable import Warehouse
+from txntable.actions import Segment
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+_n = itertools.count()
+
+
+def _rows(
+    spark: Any, path: str, level: str, **options: str
+) -> list[tuple[int, int, bytes | None]]:
+    reader = spark.read.format("txntable").option("isolation.level", level)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    got = reader.load(path).select("partition", "offset", "value").collect()
+    return sorted(
+        (r["partition"], r["offset"], None if r["value"] is None else bytes(r["value"]))
+        for r in got
+    )
+
+
+def test_spark_reads_merged_segments_at_their_offsets(spark: Any, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/wh"
+    wh = Warehouse(url)
+    wh.create_table("t", partitions=2)
+    run_history(wh, "t", HISTORY_FOR_CRASH)
+    opener = open_transaction(wh, "t", 1, 2)
+    path = f"{url}/t"
+    committed = _rows(spark, path, "read_committed")
+    uncommitted = _rows(spark, path, "read_uncommitted")
+    lso = {p.partition: p.last_stable_offset for p in wh.table("t").snapshot().partitions}
+    version_before = wh.table("t").snapshot().version
+
+    wh.table("t").optimize()
+
+    assert _rows(spark, path, "read_committed") == committed
+    after = _rows(spark, path, "read_uncommitted")
+    assert [r for r in after if r[1] < lso[r[0]]] == committed
+    assert [r for r in after if r[1] >= lso[r[0]]] == [r for r in uncommitted if r[1] >= lso[r[0]]]
+    # A range starting inside a merged segment, and time travel to before the merge.
+    start = committed[len(committed) // 2]
+    ranged = _rows(
+        spark, path, "read_committed", startingOffsets=f'{{"t": {{"{start[0]}": {start[1]}}}}}'
+    )
+    assert [r for r in ranged if r[0] == start[0]] == [
+        r for r in committed if r[0] == start[0] and r[1] >= start[1]
+    ]
+    assert _rows(spark, path, "read_committed", versionAsOf=str(version_before)) == committed
+    opener.abort_transaction()
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(history=op_lists(6), target=st.sampled_from([1, 3_000, 1 << 30]), keep=st.integers(0, 4_000))
+def test_spark_read_committed_survives_maintenance(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, history: list[Op], target: int, keep: int
+) -> None:
+    url = f"file://{tmp_path_factory.mktemp(f'prop{next(_n)}')}/wh"
+    wh = Warehouse(url)
+    wh.create_table("t", partitions=2, configuration={"retention.ms": "-1"})
+    run_history(wh, "t", [Op("idem", ((0, 1), (1, 1))), *history])
+    path = f"{url}/t"
+    before = _rows(spark, path, "read_committed")
+    table = wh.table("t")
+    table.optimize(target_bytes=target)
+    from txntable.retention import plan_retention
+
+    table.commit(lambda s: plan_retention(s, 0, -1, keep))
+    table.vacuum(retention_ms=3600 * 1000)
+    snap = wh.table("t").snapshot()
+    start = {p.partition: p.log_start_offset for p in snap.partitions}
+    assert _rows(spark, path, "read_committed") == [r for r in before if r[1] >= start[r[0]]]
+
+
+def test_spark_stream_while_producer_and_maintainers_run(spark: Any, tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    worker = Path(__file__).parents[1] / "core" / "helpers_maint" / "maint_worker.py"
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), *filter(None, [env.get("PYTHONPATH")])])
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(worker), *args], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )
+
+    url = f"file://{tmp_path}/wh"
+    wh = Warehouse(url)
+    wh.create_table("t", partitions=2, configuration={"segment.bytes": "4000"})
+    stop = str(tmp_path / "stop")
+    maintainers = [start("maintain", url, stop) for _ in range(2)]
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    query = (
+        spark.readStream.format("txntable")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "10")
+        .load(f"{url}/t")
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        producer = start("produce", url, "30")
+        out, err = producer.communicate(timeout=600)
+        assert producer.returncode == 0, err
+        acked = sorted(tuple(json.loads(line))[:2] for line in out.splitlines())
+        deadline = time.monotonic() + 300
+        got: list[tuple[int, int]] = []
+        while time.monotonic() < deadline:
+            query.processAllAvailable()
+            got = sorted(
+                (r["partition"], r["offset"])
+                for r in spark.table(name).select("partition", "offset").collect()
+            )
+            if len(got) >= len(acked):
+                break
+            time.sleep(0.5)
+        assert got == acked  # nothing lost, duplicated or moved
+    finally:
+        query.stop()
+        Path(stop).touch()
+        for m in maintainers:
+            m.communicate(timeout=600)
+    snap = wh.table("t").snapshot()
+    assert any(isinstance(e, Segment) for part in snap.partitions for e in part.entries)

@@ -1,0 +1,314 @@
+"""Segment merge (OPTIMIZE) and key compaction (Kafka's log cleaner), below the LSO.
+
+Both rewrite runs of consecutive entries of a partition into merged segments
+(:class:`~txntable.actions.Segment`): Parquet files that carry each record's offset in an
+``offset`` column, so offsets never change. Only the records a read_committed reader returns
+survive: markers and aborted transactional data are dropped (after a merge, read_uncommitted
+returns the same as read_committed below the merge point, as after Kafka's cleaner). Key
+compaction also drops every record whose key has a later record below the compaction
+point, and tombstones past their delete horizon.
+
+Planning is pure (:func:`plan_groups`, :func:`dirty_ratio`); :func:`rewrite` does the I/O:
+it writes the new segments first, then commits one log version whose ``segment`` actions
+swap each run for its output. A concurrent producer commit only appends above the LSO, so
+the merge rebases over it; a run that another maintainer rewrote meanwhile is dropped from
+the plan. A crash before the commit leaves only unreferenced files, which vacuum deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txntable.aborted import classify_entries
+from txntable.actions import (
+    MAINTENANCE_PROTOCOL_VERSION,
+    Action,
+    Batch,
+    Marker,
+    Protocol,
+    Segment,
+)
+from txntable.log import CommitPlan
+from txntable.records import (
+    MERGED_SEGMENT_SCHEMA,
+    OFFSET_COLUMN,
+    encode_table,
+    read_segment,
+)
+from txntable.snapshot import Entry, PartitionState, TableSnapshot, entry_size
+from txntable.storage.base import Store
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive entries of one partition to rewrite as one merged segment."""
+
+    partition: int
+    entries: tuple[Entry, ...]
+    #: Per entry, whether read_committed returns it (markers and aborted batches: no).
+    visible: tuple[bool, ...] = field(default=(), compare=False)
+
+    @property
+    def base_offset(self) -> int:
+        """First offset of the run."""
+        return self.entries[0].baseOffset
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just past the run."""
+        return self.entries[-1].next_offset
+
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of the run's segments."""
+        return sum(entry_size(e) for e in self.entries)
+
+
+@dataclass
+class RewriteReport:
+    """What a merge or compaction did (one per call, all partitions)."""
+
+    version: int | None = None
+    segments_written: int = 0
+    entries_replaced: int = 0
+    records_kept: int = 0
+    records_dropped: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    runs_dropped_by_conflict: int = 0
+    written_paths: list[str] = field(default_factory=list)
+
+
+def mergeable_entries(part: PartitionState) -> list[tuple[Entry, bool]]:
+    """The retained entries wholly below the LSO with their read_committed visibility.
+
+    Every transaction with data below the LSO is decided, so the aborted index says which
+    of its batches are aborted (the same filter readers use).
+    """
+    upper = part.last_stable_offset
+    if not part.entries:
+        return []
+    start = part.entries[0].baseOffset
+    below = (e for e in part.entries_between(start, upper) if e.next_offset <= upper)
+    return list(classify_entries(below, part.aborted_between(start, upper)))
+
+
+def plan_groups(
+    part: PartitionState,
+    target_bytes: int,
+    rewrite_all: bool = False,
+) -> list[Run]:
+    """Group a partition's entries below the LSO into runs of about ``target_bytes``.
+
+    A run is rewritten if it has two entries or more, or holds something a rewrite drops
+    (a marker next to data, an aborted batch). An entry of ``target_bytes`` or more stands
+    alone. ``rewrite_all`` (compaction) keeps single-entry runs too.
+    """
+    runs: list[Run] = []
+    current: list[tuple[Entry, bool]] = []
+    size = 0
+
+    def close() -> None:
+        if not current:
+            return
+        entries = tuple(e for e, _ in current)
+        invisible = any(not v and not isinstance(e, Marker) for e, v in current)
+        if len(entries) >= 2 or invisible or (rewrite_all and not isinstance(entries[0], Marker)):
+            runs.append(Run(part.partition, entries, tuple(v for _, v in current)))
+
+    for entry, visible in mergeable_entries(part):
+        n = entry_size(entry) if visible else 0  # dropped data costs nothing in the output
+        if current and size + n > target_bytes:
+            close()
+            current, size = [], 0
+        current.append((entry, visible))
+        size += n
+    close()
+    return runs
+
+
+def dirty_ratio(part: PartitionState) -> float:
+    """Share of the bytes below the LSO not yet key-compacted (Kafka's dirty ratio)."""
+    total = dirty = 0
+    for entry, _ in mergeable_entries(part):
+        n = entry_size(entry)
+        total += n
+        if not (isinstance(entry, Segment) and entry.compacted):
+            dirty += n
+    return dirty / total if total else 0.0
+
+
+def _runs_still_current(snap: TableSnapshot, runs: Sequence[Run]) -> list[Run]:
+    """The runs whose entries are still exactly what the snapshot holds (a rebase check)."""
+    out = []
+    for run in runs:
+        part = snap.partition(run.partition)
+        now = tuple(part.entries_between(run.base_offset, run.end_offset))
+        if now == run.entries and run.end_offset <= part.last_stable_offset:
+            out.append(run)
+    return out
+
+
+def plan_commit(
+    snap: TableSnapshot, outputs: Sequence[tuple[Run, Segment]]
+) -> CommitPlan[list[Segment]]:
+    """Pure: the ``segment`` actions of the runs still current in ``snap`` (plus the protocol
+    upgrade to v2 if the table is older), for :meth:`Log.commit`."""
+    current = set(_runs_still_current(snap, [r for r, _ in outputs]))
+    segments = [seg for run, seg in outputs if run in current]
+    actions: list[Action] = []
+    if segments:
+        actions.extend(upgrade_protocol(snap))
+    actions.extend(segments)
+    return CommitPlan(actions, segments, "OPTIMIZE")
+
+
+def upgrade_protocol(snap: TableSnapshot) -> list[Action]:
+    """A ``protocol`` action raising the table to v2, if it is older (else nothing)."""
+    assert snap.protocol is not None
+    p = snap.protocol
+    if p.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
+        return []
+    return [
+        Protocol(
+            max(p.minReaderVersion, MAINTENANCE_PROTOCOL_VERSION),
+            max(p.minWriterVersion, MAINTENANCE_PROTOCOL_VERSION),
+        )
+    ]
+
+
+def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
+    """An entry's records with their offsets (merged-segment schema)."""
+    if isinstance(entry, Segment):
+        if entry.count == 0:
+            return MERGED_SEGMENT_SCHEMA.empty_table()
+        return read_segment(store, entry.path, entry.count, merged=True)
+    table = read_segment(store, entry.path, entry.count)
+    offsets = pa.array(range(entry.baseOffset, entry.next_offset), pa.int64())
+    return table.add_column(0, pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), offsets)
+
+
+#: Segments fetched concurrently by a rewrite (object-store reads are latency bound).
+READ_AHEAD = 8
+
+
+def read_entries(store: Store, entries: Sequence[Batch | Segment]) -> Iterator[pa.Table]:
+    """:func:`read_entry` of each entry, in order, fetched a few at a time in threads."""
+    if len(entries) <= 1:
+        yield from (read_entry(store, e) for e in entries)
+        return
+    with ThreadPoolExecutor(min(READ_AHEAD, len(entries))) as pool:
+        yield from pool.map(lambda e: read_entry(store, e), entries)
+
+
+@dataclass
+class Compaction:
+    """What key compaction keeps: the latest offset per key, and the tombstone cutoff."""
+
+    latest: dict[bytes, int]
+    now: int
+    delete_retention_ms: int
+
+
+def latest_offsets(store: Store, runs: Sequence[Run]) -> dict[bytes, int]:
+    """Key → offset of its latest committed record in ``runs`` (the cleaner's offset map).
+
+    ``runs`` are one partition's, in offset order.
+    """
+    latest: dict[bytes, int] = {}
+    for run in runs:
+        for entry, visible in zip(run.entries, run.visible, strict=True):
+            if isinstance(entry, Marker) or not visible:
+                continue
+            table = read_entry(store, entry)
+            keys = table.column("key").to_pylist()
+            offs = table.column(OFFSET_COLUMN).to_pylist()
+            for k, o in zip(keys, offs, strict=True):
+                if k is not None:
+                    latest[k] = o
+    return latest
+
+
+def rewrite_run(
+    store: Store,
+    run: Run,
+    log_start: int,
+    new_path: Callable[[int], str],
+    compaction: Compaction | None = None,
+) -> tuple[Segment, int, int]:
+    """Write the merged segment of ``run``; return it, records kept and records dropped.
+
+    Raises:
+        MissingSegmentError, CorruptLogError, SchemaMismatchError: An input is unreadable.
+    """
+    pieces: list[pa.Table] = []
+    horizon = -1
+    pairs = zip(run.entries, run.visible, strict=True)
+    inputs = [(e, v) for e, v in pairs if not isinstance(e, Marker)]
+    wanted = [e for e, v in inputs if v]
+    dropped = sum(e.count for e, v in inputs if not v)  # aborted: never read
+    for entry, table in zip(wanted, read_entries(store, wanted), strict=True):
+        mask = pc.greater_equal(table.column(OFFSET_COLUMN), log_start)
+        if compaction is not None:
+            latest = compaction.latest
+            offs = table.column(OFFSET_COLUMN).to_pylist()
+            keep = [
+                k is None or latest.get(k) == o
+                for k, o in zip(table.column("key").to_pylist(), offs, strict=True)
+            ]
+            mask = pc.and_(mask, pa.array(keep, pa.bool_()))
+            tombstone = pc.is_null(table.column("value"))
+            expired = (
+                isinstance(entry, Segment)
+                and entry.compacted
+                and 0 <= entry.deleteHorizonMs <= compaction.now
+            )
+            if expired:
+                mask = pc.and_(mask, pc.invert(tombstone))
+            kept_tombstones = pc.sum(pc.and_(mask, tombstone).cast(pa.int64())).as_py() or 0
+            if kept_tombstones:
+                own = (
+                    entry.deleteHorizonMs
+                    if isinstance(entry, Segment) and entry.compacted and entry.deleteHorizonMs >= 0
+                    else compaction.now + compaction.delete_retention_ms
+                )
+                horizon = max(horizon, own)
+        kept = table.filter(mask)
+        dropped += table.num_rows - kept.num_rows
+        pieces.append(kept)
+    merged = (
+        pa.concat_tables(pieces).combine_chunks()
+        if pieces
+        else MERGED_SEGMENT_SCHEMA.empty_table()
+    )
+    count = merged.num_rows
+    path, size, lo, hi = "", 0, 0, 0
+    if count:
+        path = new_path(run.partition)
+        data = encode_table(merged.cast(MERGED_SEGMENT_SCHEMA))
+        store.put_data_file(path, data)
+        size = len(data)
+        stamps = merged.column("timestamp").cast(pa.int64())
+        lo, hi = pc.min(stamps).as_py(), pc.max(stamps).as_py()
+    else:
+        hi = max((e.maxTimestamp for e in run.entries if not isinstance(e, Marker)), default=0)
+        hi = max([hi, *(e.timestamp for e in run.entries if isinstance(e, Marker))])
+        lo = hi
+    segment = Segment(
+        partition=run.partition,
+        baseOffset=run.base_offset,
+        endOffset=run.end_offset,
+        count=count,
+        path=path,
+        size=size,
+        minTimestamp=lo,
+        maxTimestamp=hi,
+        compacted=compaction is not None,
+        deleteHorizonMs=horizon,
+    )
+    return segment, count, dropped
