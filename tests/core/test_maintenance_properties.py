@@ -1,16 +1,18 @@
 """Randomized histories: maintenance never changes what read_committed returns at or above
-the log start (merge, retention, vacuum), and compaction keeps every key's latest value."""
+the log start (merge, retention, vacuum), compaction keeps every key's latest value, and
+every reader (poll, poll_arrow, Table.scan) returns the same over merged segments."""
 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.helpers import log_versions
 from core.maintutil import Op, comparable, op_lists, open_transaction, read_keys, run_history
-from txntable import Warehouse
+from txntable import Consumer, TopicPartition, Warehouse
 from txntable.log import Log
 from txntable.snapshot import replay
 
@@ -27,7 +29,6 @@ steps = st.lists(
     min_size=1,
     max_size=5,
 )
-
 
 
 def _visible(wh: Warehouse) -> dict[int, list[tuple[int, bytes | None, bytes | None]]]:
@@ -105,3 +106,99 @@ def test_compaction_keeps_the_latest_committed_value_of_every_key(
         assert set(after[p]) <= set(before[p])
         # Nothing at or above the compaction point changes.
         assert [r for r in after[p] if r[0] >= lso[p]] == [r for r in before[p] if r[0] >= lso[p]]
+
+
+Row = tuple[int, int, Any, Any, Any]
+
+
+def _drain(c: Consumer, cap: int, arrow: bool) -> tuple[list[Row], list[dict[int, int]]]:
+    """Everything ``c`` returns up to the end offsets, and its positions after each poll.
+
+    Checks every poll returns at most ``cap`` records, and nothing only once nothing is left
+    (a poll may just move past markers at the end).
+    """
+    tps = c.assignment()
+    ends = c.end_offsets(tps)
+    rows: list[Row] = []
+    positions = []
+    empty_after = []
+    while any(c.position(tp) < ends[tp] for tp in tps):
+        before = len(rows)
+        if arrow:
+            tables = c.poll_arrow(max_records=cap)
+            assert sum(t.num_rows for t in tables.values()) <= cap
+            rows += [
+                (r["partition"], r["offset"], r["key"], r["value"], r["headers"])
+                for t in tables.values()
+                for r in t.to_pylist()
+            ]
+        else:
+            records = c.poll(max_records=cap)
+            assert sum(len(v) for v in records.values()) <= cap
+            rows += [
+                (tp.partition, r.offset, r.key, r.value, [{"key": k, "value": v} for k, v in h])
+                for tp, recs in records.items()
+                for r in recs
+                for h in [r.headers]
+            ]
+        positions.append({tp.partition: c.position(tp) for tp in tps})
+        if len(rows) == before:
+            empty_after.append(before)
+    assert all(n == len(rows) for n in empty_after), "an empty poll while records remained"
+    return sorted(rows), positions
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=ops,
+    target=st.sampled_from([1, 2_000, 1 << 30]),
+    compact=st.booleans(),
+    pinned=st.booleans(),
+    cap=st.sampled_from([1, 2, 3, 7, 10_000]),
+    level=st.sampled_from(["read_committed", "read_uncommitted"]),
+    data=st.data(),
+)
+def test_scan_poll_arrow_and_poll_agree_over_merged_segments(
+    history: list[Op],
+    target: int,
+    compact: bool,
+    pinned: bool,
+    cap: int,
+    level: str,
+    data: st.DataObject,
+) -> None:
+    wh = Warehouse(f"memory://maint-readers-{next(_names)}")
+    wh.create_table("t", partitions=2, configuration={"cleanup.policy": "compact"})
+    run_history(wh, "t", history, keys=3)
+    opener = open_transaction(wh, "t", 1, 1) if pinned else None
+    table = wh.table("t")
+    table.optimize(target_bytes=target)
+    if compact:
+        table.compact(now=0)
+    snap = wh.table("t").snapshot()
+    # Start anywhere in the log, inside merged segments included.
+    starts = {
+        p.partition: data.draw(st.integers(p.log_start_offset, p.high_watermark), f"start{p}")
+        for p in snap.partitions
+    }
+    tps = [TopicPartition("t", p) for p in starts]
+    drained = []
+    for arrow in (False, True):
+        c = Consumer(wh, isolation_level=level)
+        c.assign(tps)
+        for tp in tps:
+            c.seek(tp, starts[tp.partition])
+        drained.append(_drain(c, cap, arrow))
+        c.close()
+    (polled, positions), (arrowed, arrow_positions) = drained
+    assert arrowed == polled
+    assert arrow_positions == positions  # poll_arrow moves positions exactly as poll
+    scan = wh.table("t").scan(isolation_level=level, starting_offsets=starts)
+    scanned = [
+        (r["partition"], r["offset"], r["key"], r["value"], r["headers"])
+        for r in scan.to_arrow().to_pylist()
+    ]
+    assert scanned == polled
+    assert scan.count() == len(scanned)
+    if opener is not None:
+        opener.abort_transaction()
