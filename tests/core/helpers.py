@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -11,6 +12,8 @@ from txntable.append import AppendResult, PendingBatch
 from txntable.log import Log
 from txntable.records import ConsumerRecord, ProducerRecord, encode_segment
 from txntable.snapshot import TableSnapshot, replay
+from txntable.storage import StoreWrapper
+from txntable.storage.base import Store
 from txntable.table import Table
 
 
@@ -153,3 +156,17 @@ def batch(
         baseSequence=seq,
         transactional=txn,
     )
+
+
+class SegmentLog(StoreWrapper):
+    """Records every segment read, in order."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.reads: list[str] = []
+        self._lock = threading.Lock()
+
+    def get_data_file(self, key: str) -> bytes:
+        with self._lock:
+            self.reads.append(key)
+        return self.inner.get_data_file(key)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from core.helpers import read_all
 from txntable import Producer, TopicPartition, Warehouse
+from txntable.actions import Segment
 from txntable.snapshot import TableSnapshot
 
 MANUAL = {"linger_ms": 600_000, "batch_size": 1 << 30}
@@ -135,3 +136,59 @@ def op_lists(max_size: int) -> st.SearchStrategy[list[Op]]:
     ).map(tuple)
     kinds = st.sampled_from(["idem", "commit", "abort"])
     return st.lists(st.builds(Op, kinds, sizes, st.booleans()), min_size=1, max_size=max_size)
+
+
+def sparse_history(wh: Warehouse, table: str, partitions: int = 1) -> None:
+    """Every partition of a new table ``table`` (``cleanup.policy=compact``) holds::
+
+        idempotent  k0 k1 k2 k3   [0-3]
+        committed   k0 k1         [4-5]   COMMIT [6]
+        aborted     k2 k3         [7-8]   ABORT  [9]
+        idempotent  k2            [10]
+        committed   k3            [11]    COMMIT [12]
+    """
+    wh.create_table(table, partitions=partitions, configuration={"cleanup.policy": "compact"})
+    idem = Producer(wh, **MANUAL)
+    tx = Producer(wh, transactional_id="tx", **MANUAL)
+    tx.init_transactions()
+
+    def send(p: Producer, *keys: int) -> None:
+        for partition in range(partitions):
+            for k in keys:
+                value = b"p%d-k%d-%d" % (partition, k, len(keys))
+                headers = [("h", value)]
+                p.send(table, key=b"k%d" % k, value=value, partition=partition, headers=headers)
+        p.flush()
+
+    send(idem, 0, 1, 2, 3)
+    for keys, commit in (((0, 1), True), ((2, 3), False)):
+        tx.begin_transaction()
+        send(tx, *keys)
+        if commit:
+            tx.commit_transaction()
+        else:
+            tx.abort_transaction()
+    send(idem, 2)
+    tx.begin_transaction()
+    send(tx, 3)
+    tx.commit_transaction()
+    idem.close()
+    tx.close()
+
+
+#: The offsets :func:`compacted_table` keeps on every partition.
+SPARSE = [4, 5, 10, 11]
+
+
+def compacted_table(wh: Warehouse, table: str, partitions: int = 1) -> Segment:
+    """:func:`sparse_history`, merged and key-compacted: one merged segment ``[0, 13)`` per
+    partition holding the latest record of each key (offsets :data:`SPARSE`); returns
+    partition 0's."""
+    sparse_history(wh, table, partitions)
+    t = wh.table(table)
+    t.optimize()
+    t.compact(now=0)
+    seg = t.snapshot().partition(0).entries[0]
+    assert isinstance(seg, Segment)
+    assert (seg.baseOffset, seg.endOffset, seg.count, seg.compacted) == (0, 13, 4, True)
+    return seg

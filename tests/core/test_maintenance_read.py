@@ -5,79 +5,29 @@ with one reader; these tests pin what that path does with merged segments: rows 
 offset (never by row index), capped fetches that end inside a merged segment, positions
 past trailing gaps, read-ahead, and a merged file whose offsets contradict its action.
 
-``sparse`` builds partition 0 as (offsets in brackets)::
-
-    idempotent  k0 k1 k2 k3   [0-3]
-    committed   k0 k1         [4-5]   COMMIT [6]
-    aborted     k2 k3         [7-8]   ABORT  [9]
-    idempotent  k2            [10]
-    committed   k3            [11]    COMMIT [12]
-
-then merges and key-compacts it into one merged segment ``[0, 13)`` holding only the latest
-record of each key: offsets 4, 5, 10 and 11.
+Most tests read :func:`core.maintutil.compacted_table`: one merged, key-compacted segment
+``[0, 13)`` per partition holding offsets 4, 5, 10 and 11 only.
 """
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 import pytest
 
-from core.maintutil import MANUAL
+from core.helpers import SegmentLog
+from core.maintutil import MANUAL, SPARSE, compacted_table, sparse_history
 from txntable import Consumer, Producer, TopicPartition, Warehouse
 from txntable.actions import Segment
 from txntable.errors import SchemaMismatchError
 from txntable.planning import plan_fetch
 from txntable.records import encode_table, read_segment
-from txntable.storage import MemoryStore, StoreWrapper
-from txntable.storage.base import Store
+from txntable.storage import MemoryStore
 
 T = "t"
 TP0, TP1 = TopicPartition(T, 0), TopicPartition(T, 1)
-SPARSE = [4, 5, 10, 11]
-
-
-def _sparse_history(wh: Warehouse, partitions: int = 1) -> None:
-    wh.create_table(T, partitions=partitions, configuration={"cleanup.policy": "compact"})
-    idem = Producer(wh, **MANUAL)
-    tx = Producer(wh, transactional_id="tx", **MANUAL)
-    tx.init_transactions()
-
-    def send(p: Producer, *keys: int) -> None:
-        for partition in range(partitions):
-            for k in keys:
-                value = b"p%d-k%d-%d" % (partition, k, len(keys))
-                p.send(T, key=b"k%d" % k, value=value, partition=partition, headers=[("h", value)])
-        p.flush()
-
-    send(idem, 0, 1, 2, 3)
-    for keys, commit in (((0, 1), True), ((2, 3), False)):
-        tx.begin_transaction()
-        send(tx, *keys)
-        if commit:
-            tx.commit_transaction()
-        else:
-            tx.abort_transaction()
-    send(idem, 2)
-    tx.begin_transaction()
-    send(tx, 3)
-    tx.commit_transaction()
-    idem.close()
-    tx.close()
-
-
-def _compacted(wh: Warehouse, partitions: int = 1) -> Segment:
-    _sparse_history(wh, partitions)
-    table = wh.table(T)
-    table.optimize()
-    table.compact(now=0)
-    seg = table.snapshot().partition(0).entries[0]
-    assert isinstance(seg, Segment)
-    assert (seg.baseOffset, seg.endOffset, seg.count, seg.compacted) == (0, 13, 4, True)
-    return seg
 
 
 @pytest.fixture
@@ -92,7 +42,7 @@ def _poll_offsets(c: Consumer, tp: TopicPartition, n: int) -> tuple[list[int], i
 
 @pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
 def test_capped_polls_inside_a_sparse_merged_segment(wh: Warehouse, level: str) -> None:
-    _compacted(wh)
+    compacted_table(wh, T)
     c = Consumer(wh, isolation_level=level, auto_offset_reset="earliest")
     c.assign([TP0])
     # A limit ending inside the segment: just past the last record returned, not at a row
@@ -115,7 +65,7 @@ def test_capped_polls_inside_a_sparse_merged_segment(wh: Warehouse, level: str) 
 
 
 def test_a_limit_spanning_a_merged_segment_and_the_batches_after_it(wh: Warehouse) -> None:
-    _compacted(wh)
+    compacted_table(wh, T)
     p = Producer(wh, **MANUAL)
     for i in range(3):
         p.send(T, key=b"n", value=b"n%d" % i, partition=0)
@@ -130,7 +80,7 @@ def test_a_limit_spanning_a_merged_segment_and_the_batches_after_it(wh: Warehous
 
 
 def test_plan_bounds_the_rows_of_part_of_a_merged_segment(wh: Warehouse) -> None:
-    _compacted(wh)
+    compacted_table(wh, T)
     part = wh.table(T).snapshot().partition(0)
     whole = plan_fetch(part, 0, 13, True).slices
     assert [(s.merged, s.rows, s.min_rows) for s in whole] == [(True, 4, 4)]
@@ -149,7 +99,7 @@ def test_plan_bounds_the_rows_of_part_of_a_merged_segment(wh: Warehouse) -> None
 def test_scan_ranges_cut_a_merged_segment_by_offset(
     wh: Warehouse, start: int, end: int, expected: list[int]
 ) -> None:
-    _compacted(wh)
+    compacted_table(wh, T)
     scan = wh.table(T).scan(starting_offsets=start, ending_offsets={0: end})
     got = scan.to_arrow()
     assert got.column("offset").to_pylist() == expected
@@ -197,7 +147,7 @@ def _rows_arrow(c: Consumer, cap: int, twin: Consumer) -> list[tuple[Any, ...]]:
 def test_scan_poll_arrow_and_poll_agree_over_maintained_segments(
     wh: Warehouse, level: str, cap: int, compact: bool
 ) -> None:
-    _sparse_history(wh, partitions=2)
+    sparse_history(wh, T, partitions=2)
     table = wh.table(T)
     table.optimize(target_bytes=1_500)  # several merged segments per partition
     if compact:
@@ -225,26 +175,12 @@ def test_scan_poll_arrow_and_poll_agree_over_maintained_segments(
         assert [o for p, o, *_ in scanned if p == 0] == SPARSE
 
 
-class SegmentLog(StoreWrapper):
-    """Records every segment read."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner)
-        self.reads: list[str] = []
-        self._lock = threading.Lock()
-
-    def get_data_file(self, key: str) -> bytes:
-        with self._lock:
-            self.reads.append(key)
-        return self.inner.get_data_file(key)
-
-
 def test_read_ahead_keeps_a_merged_segment_until_the_position_passes_its_end(
     memory_store: MemoryStore,
 ) -> None:
     log = SegmentLog(memory_store)
     wh = Warehouse(store=log)
-    seg = _compacted(wh)
+    seg = compacted_table(wh, T)
     c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
     c.assign([TP0])
     got = []
@@ -259,7 +195,7 @@ def test_read_ahead_keeps_a_merged_segment_until_the_position_passes_its_end(
 def test_a_merged_segment_whose_offsets_contradict_its_action_is_refused(
     wh: Warehouse,
 ) -> None:
-    seg = _compacted(wh)
+    seg = compacted_table(wh, T)
     data = read_segment(wh.store, seg.path, seg.count, merged=True)
     moved = data.set_column(0, "offset", pc.add(data.column("offset"), 1000))
     wh.store.put_data_file(seg.path, encode_table(moved))
@@ -294,7 +230,7 @@ def test_one_limit_across_partitions_with_sparse_merged_segments(
     expected: dict[TopicPartition, list[int]],
     positions: tuple[int, int],
 ) -> None:
-    _compacted(wh, partitions=2)
+    compacted_table(wh, T, partitions=2)
     c = Consumer(wh, isolation_level="read_committed")
     c.assign([TP0, TP1])  # the first poll reads partition 0 first
     c.seek(TP0, start0)

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from core.helpers import drain, write_batch
+from core.helpers import SegmentLog, drain, write_batch
 from txntable import Consumer, Producer, TopicPartition, Warehouse
 from txntable.errors import (
     InvalidConfigurationError,
@@ -32,8 +32,7 @@ from txntable.errors import (
 )
 from txntable.reader import prefetch
 from txntable.records import READ_SCHEMA
-from txntable.storage import MemoryStore, StoreWrapper
-from txntable.storage.base import Store
+from txntable.storage import MemoryStore
 
 MakeProducer = Callable[..., Producer]
 T = "orders"
@@ -285,20 +284,6 @@ def test_prefetch_byte_budget_bounds_what_is_held() -> None:
         1,
         2,
     ]
-
-
-class SegmentLog(StoreWrapper):
-    """Records every segment read, in order."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner)
-        self.reads: list[str] = []
-        self._lock = threading.Lock()
-
-    def get_data_file(self, key: str) -> bytes:
-        with self._lock:
-            self.reads.append(key)
-        return self.inner.get_data_file(key)
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
