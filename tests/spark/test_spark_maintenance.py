@@ -4,11 +4,20 @@ retention and compaction, on randomized histories (hypothesis, few examples: Spa
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from core.maintutil import HISTORY_FOR_CRASH, Op, op_lists, open_transaction, run_history
+from core.maintutil import (
+    HISTORY_FOR_CRASH,
+    SPARSE,
+    Op,
+    compacted_table,
+    op_lists,
+    open_transaction,
+    run_history,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +70,26 @@ def test_spark_reads_merged_segments_at_their_offsets(spark: Any, tmp_path: Path
     ]
     assert _rows(spark, path, "read_committed", versionAsOf=str(version_before)) == committed
     opener.abort_transaction()
+
+
+def test_spark_reads_a_compacted_table_with_ranges_inside_its_gaps(
+    spark: Any, tmp_path: Path
+) -> None:
+    url = f"file://{tmp_path}/wh"
+    wh = Warehouse(url)
+    compacted_table(wh, "t", partitions=2)  # offsets 4, 5, 10, 11 of [0, 13) per partition
+    for start, end in ((0, 13), (5, 11), (6, 12)):
+        got = _rows(
+            spark,
+            f"{url}/t",
+            "read_committed",
+            startingOffsets=json.dumps({"t": {"0": start, "1": start}}),
+            endingOffsets=json.dumps({"t": {"0": end, "1": end}}),
+        )
+        scan = wh.table("t").scan(starting_offsets=start, ending_offsets={0: end, 1: end})
+        expected = scan.to_arrow().select(["partition", "offset", "value"]).to_pylist()
+        assert got == [tuple(r.values()) for r in expected]
+        assert [o for p, o, _ in got if p == 0] == [o for o in SPARSE if start <= o < end]
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))

@@ -5,6 +5,7 @@ No SparkSession: tables live in memory stores and are written through the real c
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -34,6 +35,7 @@ from txntable_spark.planning import (
     OffsetRange,
     SegmentSlice,
     limit_offsets,
+    limit_segments,
     pack_slices,
     plan_ranges,
     plan_scan,
@@ -619,3 +621,42 @@ def test_table_scan_matches_the_model(read_committed: bool) -> None:
         isolation_level=level, starting_offsets={0: 1, 1: 2}, ending_offsets={0: 7}
     )
     assert arrow_rows(ranged.to_arrow()) == tw.expected(read_committed, {0: 1, 1: 2}, {0: 7})
+
+
+# --- merged segments (maintenance) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 13), (5, 11), (6, 10), (6, 12), (11, 13)])
+def test_executor_scan_cuts_a_sparse_merged_segment_by_offset(start: int, end: int) -> None:
+    """Spark's plan and executor read of a key-compacted segment (offsets 4, 5, 10, 11 of
+    ``[0, 13)``) equal ``Table.scan``, for ranges starting and ending inside its gaps."""
+    from core.maintutil import SPARSE, compacted_table
+
+    wh = _wh()
+    compacted_table(wh, "orders", partitions=2)
+    snap = wh.table("orders").snapshot()
+    opts = _opts(
+        wh,
+        "orders",
+        startingOffsets=json.dumps({"orders": {"0": start, "1": start}}),
+        endingOffsets=json.dumps({"orders": {"0": end, "1": end}}),
+        maxBytesPerPartition="1",  # one input partition per slice
+    )
+    groups = plan_scan(snap, opts)
+    slices = [s for g in groups for s in g]
+    assert len(groups) == len(slices) == 2 and all(s.merged for s in slices)
+    batches = list(read_slices(wh.url, {}, "orders", slices))
+    got = sorted(arrow_rows(pa.Table.from_batches(batches))) if batches else []
+    scan = wh.table("orders").scan(starting_offsets=start, ending_offsets={0: end, 1: end})
+    assert got == arrow_rows(scan.to_arrow())
+    assert [o for p, o, *_ in got if p == 0] == [o for o in SPARSE if start <= o < end]
+
+
+def test_max_files_per_trigger_counts_a_merged_segment_once() -> None:
+    from core.maintutil import compacted_table
+
+    wh = _wh()
+    compacted_table(wh, "orders", partitions=2)
+    snap = wh.table("orders").snapshot()
+    ends = limit_segments(snap, {0: 6, 1: 6}, {0: 13, 1: 13}, 1, read_committed=True)
+    assert ends == {0: 13, 1: 6}  # partition 1 waits at its range start, inside the segment
