@@ -427,6 +427,11 @@ class Log:
         gap = find_gap(snap.version, listing)
         if gap is not None and (up_to is None or gap[0] <= up_to):
             missing, proof = gap
+            if self.store.exists(self.version_key(missing)):
+                # A listing is not a snapshot (a local directory is read in pieces): one
+                # taken while writers commit can hold version N+1 but not N. N is there:
+                # read on, and check again above it.
+                return self._probe(snap, up_to) + self.check_tip(snap, up_to)
             raise CorruptLogError(
                 f"{self.root}: log version {missing} is missing, but {proof} exists: a "
                 "version was deleted; restore it (or the table) from a backup",
