@@ -38,6 +38,10 @@ PY
   "$venv/bin/python" -m pip install -q -r "$cache/reqs-$key.txt"
   touch "$venv/.complete"
 fi
+touch "$venv/.complete"  # marks the venv as used: others unused for a day are pruned
+find "$cache" -maxdepth 2 -name .complete -mtime +0 -printf '%h\n' 2>/dev/null | while read -r old; do
+  [ "$old" != "$venv" ] && rm -rf "$old"
+done
 "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$repo" >/dev/null
 # shellcheck disable=SC1091
 source "$venv/bin/activate"

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,7 @@ def child(api: str, record_bytes: int, total_mib: int, buffer_mib: int) -> dict[
     elapsed = time.perf_counter() - start
     producer.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    shutil.rmtree(root, ignore_errors=True)  # up to 1 GiB of segments per case
     return {"baseline_mib": baseline, "peak_mib": peak, "records": records, "seconds": elapsed}
 
 
