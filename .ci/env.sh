@@ -40,7 +40,7 @@ PY
 fi
 touch "$venv/.complete"  # marks the venv as used: others unused for a day are pruned
 find "$cache" -maxdepth 2 -name .complete -mtime +0 -printf '%h\n' 2>/dev/null | while read -r old; do
-  [ "$old" != "$venv" ] && rm -rf "$old"
+  if [ "$old" != "$venv" ]; then rm -rf "$old"; fi
 done
 "$venv/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$repo" >/dev/null
 # shellcheck disable=SC1091
