@@ -39,6 +39,7 @@ ANOMALIES = (
 )
 
 Pos = tuple[str, int, int]  # table, partition, offset
+Row = tuple[int, int, str]  # partition, offset, value
 
 
 @dataclass
@@ -205,8 +206,26 @@ def _scan(wh: Warehouse, table: str, level: str) -> list[tuple[int, int, str]]:
     )
 
 
-def collect(wh: Warehouse, tables: dict[str, int], ctp_group: str | None = None) -> Final:
-    """Read every table every way (call once nothing writes any more)."""
+def _spark(spark: Any, url: str, options: dict[str, str], table: str, level: str) -> list[Row]:
+    reader = spark.read.format("txntable").option("isolation.level", level)
+    for k, v in options.items():
+        reader = reader.option(f"storage.{k}", v)
+    rows = reader.load(f"{url.rstrip('/')}/{table}").select("partition", "offset", "value")
+    return sorted((r[0], r[1], bytes(r[2]).decode()) for r in rows.collect())
+
+
+def collect(
+    wh: Warehouse,
+    tables: dict[str, int],
+    ctp_group: str | None = None,
+    spark: Any = None,
+    options: dict[str, str] | None = None,
+) -> Final:
+    """Read every table every way (call once nothing writes any more).
+
+    With ``spark`` (a SparkSession with the txntable source registered), the Spark source
+    reads each table too.
+    """
     final = Final()
     for table, parts in sorted(tables.items()):
         final.reads[table] = {
@@ -216,6 +235,11 @@ def collect(wh: Warehouse, tables: dict[str, int], ctp_group: str | None = None)
             "ru_poll": _drain(wh, table, parts, "read_uncommitted", arrow=False),
             "ru_scan": _scan(wh, table, "read_uncommitted"),
         }
+        if spark is not None:
+            for short, level in (("rc", "read_committed"), ("ru", "read_uncommitted")):
+                final.reads[table][f"{short}_spark"] = _spark(
+                    spark, wh.url, options or {}, table, level
+                )
         d = wh.table(table).describe()
         final.offsets[table] = [
             (p.log_start_offset, p.last_stable_offset, p.high_watermark) for p in d.partitions
@@ -238,7 +262,8 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
     r = Report()
     # Readers agree, in order, with no position twice and offsets increasing per partition.
     for table, reads in final.reads.items():
-        for a, b in (("rc_poll", "rc_arrow"), ("rc_poll", "rc_scan"), ("ru_poll", "ru_scan")):
+        pairs = [(f"{n[:2]}_poll", n) for n in reads if not n.endswith("_poll")]
+        for a, b in pairs:
             if reads[a] != reads[b]:
                 diff = set(reads[a]) ^ set(reads[b])
                 r.add("reader_disagreement", f"{table}: {a} != {b}: {sorted(diff)[:3]}")
@@ -365,6 +390,7 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
         "faults": dict(sorted(h.faults.items())),
         "records_read_committed": sum(len(x["rc_poll"]) for x in final.reads.values()),
         "records_deleted": len(h.deleted),
+        "readers": sorted({name for reads in final.reads.values() for name in reads}),
     }
     return r
 

@@ -54,6 +54,8 @@ class HarnessConfig:
     #: Short transaction timeout of the stalling worker (the others use 30 s).
     short_timeout_ms: int = 2000
     seed: int = 0
+    #: A SparkSession with the txntable source registered: the Spark source reads too.
+    spark: Any = None
 
 
 @dataclass
@@ -231,7 +233,13 @@ def run(cfg: HarnessConfig) -> Report:
     wh = Warehouse(store=open_store(cfg.url, dict(cfg.options)))
     # Abort what killed workers left open (as their timeout would), then read.
     wh.recover(now=int(time.time() * 1000) + 3_600_000)
-    final = collect(wh, {**TABLES, CTP_TABLE: CTP_PARTITIONS}, CTP_GROUP if cfg.ctp else None)
+    final = collect(
+        wh,
+        {**TABLES, CTP_TABLE: CTP_PARTITIONS},
+        CTP_GROUP if cfg.ctp else None,
+        spark=cfg.spark,
+        options=dict(cfg.options),
+    )
     history = load_journals(driver.journals)
     report = check(history, final, CTP_TABLE if cfg.ctp else None)
     report.stats["seconds"] = round(time.monotonic() - started, 1)

@@ -17,11 +17,33 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from eo_driver import HarnessConfig, run  # noqa: E402
+
+
+def start_spark() -> Any:
+    """A local SparkSession with the txntable source (as the Spark tests build it)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import txntable_spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("txntable-harness")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    txntable_spark.register(session)
+    return session
 
 
 def main() -> int:
@@ -33,10 +55,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--spark", action="store_true", help="the Spark source reads the tables too")
     args = ap.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="harness-", dir="/tmp"))
     server = None
+    spark = None
     try:
+        if args.spark:
+            spark = start_spark()
         if args.store == "s3":
             from conftest import _AWS_TEST_ENV
             from moto.server import ThreadedMotoServer
@@ -60,11 +86,14 @@ def main() -> int:
             txn_workers=args.txn_workers,
             idem_workers=args.idem_workers,
             seed=args.seed,
+            spark=spark,
         )
         report = run(cfg)
         print(json.dumps({"store": args.store, **report.summary()}, indent=2))
         return 0 if report.ok else 1
     finally:
+        if spark is not None:
+            spark.stop()
         if server is not None:
             server.stop()
         if not args.keep:
