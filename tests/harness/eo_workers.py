@@ -327,6 +327,7 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                 time.sleep(0.1)
         except TxnTableError as e:
             j.log(e="rerr", err=err(e))
+            time.sleep(0.1)  # storage down: retry as a Kafka consumer would, not in a spin
         except Exception as e:
             untyped(j, "poll", e)
         if time.time() - last_describe > 1.0:
