@@ -149,3 +149,40 @@ def test_versions_committed_during_the_probe_are_read(tmp_path: pathlib.Path) ->
             return super().head(key)
 
     assert Warehouse(store=Late(store.inner)).table("t").snapshot().version == 5
+
+
+def test_maintenance_keeps_the_log_directory_bounded(tmp_path: pathlib.Path) -> None:
+    # Each round commits 30 versions, then runs maintain() with the clock a retention window
+    # (plus a day) further on: log cleanup leaves version 0, the latest version and its
+    # checkpoint, whatever the history; every record stays readable.
+    import os
+
+    from txntable.config import VERSION_RETENTION_MS_DEFAULT
+    from txntable.log import now_ms
+
+    wh = Warehouse(f"file://{tmp_path}/lake")
+    table = wh.create_table("t", configuration={"retention.ms": "-1"})
+    log_dir = tmp_path / "lake" / "t" / "_log"
+    written = []
+    for round_ in range(1, 4):
+        for i in range(30):
+            value = f"{round_}-{i}".encode()
+            write_batch(table, 0, [value])
+            written.append(value)
+        later = now_ms() + round_ * (VERSION_RETENTION_MS_DEFAULT + DAY)
+        report = wh.table("t").maintain(now=later)
+        assert report.errors == []
+        assert report.log_cleanup is not None and report.log_cleanup.versions_deleted >= 29
+        latest = wh.table("t").snapshot().version
+        assert sorted(os.listdir(log_dir)) == sorted(
+            [f"{0:020d}.json", f"{latest:020d}.json", f"{latest:020d}.checkpoint.json",
+             "_last_checkpoint"]
+        )
+    c = Consumer(Warehouse(f"file://{tmp_path}/lake"), auto_offset_reset="earliest")
+    c.assign([TP])
+    got = [r.value for r in c.poll(max_records=1000)[TP]]
+    c.close()
+    assert got == written
+
+
+DAY = 86_400_000
