@@ -220,6 +220,8 @@ class S3Store(Store):
         InvalidConfigurationError: If an option is unknown or has a malformed value.
     """
 
+    ordered_listing = True
+
     def __init__(self, url: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
