@@ -38,6 +38,7 @@ from txntable.assignors import (
     member_sort_key,
     select_protocol,
 )
+from txntable.config import MAX_POLL_INTERVAL_MS_DEFAULT, SESSION_TIMEOUT_MS_DEFAULT
 from txntable.errors import (
     CorruptLogError,
     FencedInstanceIdError,
@@ -47,11 +48,6 @@ from txntable.errors import (
 )
 
 GROUP_OBJECT_VERSION = 1
-#: Kafka's defaults (``session.timeout.ms`` since 3.0, ``heartbeat.interval.ms``,
-#: ``max.poll.interval.ms``).
-SESSION_TIMEOUT_MS_DEFAULT = 45_000
-HEARTBEAT_INTERVAL_MS_DEFAULT = 3_000
-MAX_POLL_INTERVAL_MS_DEFAULT = 300_000
 
 
 @dataclass(frozen=True)
