@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -58,6 +58,7 @@ from txntable.records import (
 from txntable.snapshot import PartitionState
 from txntable.subscription import ConsumerRebalanceListener, Subscription
 from txntable.table import Table
+from txntable.timestamps import OffsetAndTimestamp, offset_for_time
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -423,6 +424,36 @@ class Consumer:
         """End offset per partition: the LSO under read_committed, else the high watermark."""
         tps = check_topic_partitions(partitions)
         return {tp: self._end(self._partition(tp, refresh=True)) for tp in tps}
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first offset whose record timestamp is ``>= timestamps[tp]``.
+
+        Kafka's ``offsetsForTimes``: records visible at this consumer's isolation level
+        count (read_committed: below the LSO, aborted ones skipped); ``None`` where no
+        record is that recent. Batches are skipped by their timestamp bounds in the log;
+        at most one segment per partition is read (see :mod:`txntable.timestamps`).
+
+        Raises:
+            InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to an int.
+            InvalidOffsetError: A negative timestamp.
+        """
+        if not isinstance(timestamps, Mapping):
+            raise InvalidArgumentTypeError("timestamps must be a dict of TopicPartition to int")
+        for tp, ts in timestamps.items():
+            check_topic_partition(tp)
+            if not config.is_int(ts):
+                raise InvalidArgumentTypeError(f"timestamp for {tp} must be an int, not {ts!r:.40}")
+            if ts < 0:
+                raise InvalidOffsetError(f"timestamp for {tp} must be >= 0, got {ts}")
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            table = self._table(tp.topic)
+            self._refresh(table)
+            snap = table.snapshot(refresh=False)
+            out[tp] = offset_for_time(table, snap, tp.partition, ts, self.isolation_level)
+        return out
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log start offset per partition."""

@@ -46,7 +46,8 @@ def _settle(s: GroupState, now: int) -> GroupState:
         if stable(s):
             return s
         for mid in sorted(s.members):
-            s = ack(s, mid, s.generation, now)
+            if mid in s.members:  # an ack expires the members whose session timed out
+                s = ack(s, mid, s.generation, now)
     raise AssertionError("did not settle")
 
 
