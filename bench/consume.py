@@ -254,9 +254,12 @@ def s3_part(root: str, local_scan: float, rounds: int, latency_ms: float) -> Non
         counts = {k: v for k, v in store.snapshot().items() if v}
         print(f"  requests of one S3 scan: {counts}")
         s3, here = medians["S3 Table.scan().to_arrow()"], medians["local Table.scan().to_arrow()"]
+        above = "" if local_scan != local_scan else (  # NaN: the local part did not run
+            f", {s3 / local_scan:.2f}x that of the local part above"
+        )
         print(
-            f"  => S3 / local: {s3 / here:.2f}x the time of the local scan in these rounds, "
-            f"{s3 / local_scan:.2f}x that of the local part above (goal <= 3x)"
+            f"  => S3 / local: {s3 / here:.2f}x the time of the local scan in these rounds"
+            f"{above} (goal <= 3x)"
         )
     finally:
         if server.stdin is not None:
