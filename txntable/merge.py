@@ -94,7 +94,9 @@ def mergeable_entries(part: PartitionState) -> list[tuple[Entry, bool]]:
     upper = part.last_stable_offset
     if not part.entries:
         return []
-    start = part.entries[0].baseOffset
+    # A v1 table keeps entries below its log start; the v2 upgrade of the merge's own commit
+    # drops them, so a run must not start there (its segment would replace nothing).
+    start = max(part.entries[0].baseOffset, min(part.log_start_offset, upper))
     below = (e for e in part.entries_between(start, upper) if e.next_offset <= upper)
     return list(classify_entries(below, part.aborted_between(start, upper)))
 
@@ -145,12 +147,22 @@ def dirty_ratio(part: PartitionState) -> float:
 
 
 def _runs_still_current(snap: TableSnapshot, runs: Sequence[Run]) -> list[Run]:
-    """The runs whose entries are still exactly what the snapshot holds (a rebase check)."""
+    """The runs whose entries are still exactly what the snapshot holds (a rebase check).
+
+    A run whose first entry is wholly below the log start is not current either: on a v1
+    table a concurrent ``delete_records`` keeps the entries, but the upgrade to v2 in the
+    same commit drops them, and the segment would then start at no retained entry.
+    """
     out = []
     for run in runs:
         part = snap.partition(run.partition)
         now = tuple(part.entries_between(run.base_offset, run.end_offset))
-        if now == run.entries and run.end_offset <= part.last_stable_offset:
+        dropped = min(part.log_start_offset, part.last_stable_offset)
+        if (
+            now == run.entries
+            and run.end_offset <= part.last_stable_offset
+            and run.entries[0].next_offset > dropped
+        ):
             out.append(run)
     return out
 
