@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,7 +94,9 @@ def mergeable_entries(part: PartitionState) -> list[tuple[Entry, bool]]:
     upper = part.last_stable_offset
     if not part.entries:
         return []
-    start = part.entries[0].baseOffset
+    # A v1 table keeps entries below its log start; the v2 upgrade of the merge's own commit
+    # drops them, so a run must not start there (its segment would replace nothing).
+    start = max(part.entries[0].baseOffset, min(part.log_start_offset, upper))
     below = (e for e in part.entries_between(start, upper) if e.next_offset <= upper)
     return list(classify_entries(below, part.aborted_between(start, upper)))
 
@@ -144,12 +147,22 @@ def dirty_ratio(part: PartitionState) -> float:
 
 
 def _runs_still_current(snap: TableSnapshot, runs: Sequence[Run]) -> list[Run]:
-    """The runs whose entries are still exactly what the snapshot holds (a rebase check)."""
+    """The runs whose entries are still exactly what the snapshot holds (a rebase check).
+
+    A run whose first entry is wholly below the log start is not current either: on a v1
+    table a concurrent ``delete_records`` keeps the entries, but the upgrade to v2 in the
+    same commit drops them, and the segment would then start at no retained entry.
+    """
     out = []
     for run in runs:
         part = snap.partition(run.partition)
         now = tuple(part.entries_between(run.base_offset, run.end_offset))
-        if now == run.entries and run.end_offset <= part.last_stable_offset:
+        dropped = min(part.log_start_offset, part.last_stable_offset)
+        if (
+            now == run.entries
+            and run.end_offset <= part.last_stable_offset
+            and run.entries[0].next_offset > dropped
+        ):
             out.append(run)
     return out
 
@@ -208,30 +221,67 @@ def read_entries(store: Store, entries: Sequence[Batch | Segment]) -> Iterator[p
 
 @dataclass
 class Compaction:
-    """What key compaction keeps: the latest offset per key, and the tombstone cutoff."""
+    """What key compaction keeps: the latest offset per key, and the tombstone cutoff.
 
-    latest: dict[bytes, int]
+    ``latest`` holds only offsets (sorted, one per non-null key): whether a record is its
+    key's latest is whether its offset is in it, so the rewrite never looks keys up.
+    """
+
+    latest: np.ndarray
     now: int
     delete_retention_ms: int
 
+    def keeps(self, offsets: np.ndarray) -> np.ndarray:
+        """Per offset (ascending, as in a segment), whether it is its key's latest."""
+        if not len(offsets):
+            return np.zeros(0, dtype=bool)
+        lo, hi = np.searchsorted(self.latest, [offsets[0], offsets[-1]], side="left")
+        # Only the slice of the map inside this segment's offsets matters.
+        window = self.latest[lo : hi + 1]
+        at = np.searchsorted(window, offsets)
+        found = at < len(window)
+        found[found] = window[at[found]] == offsets[found]
+        return found
 
-def latest_offsets(store: Store, runs: Sequence[Run]) -> dict[bytes, int]:
-    """Key → offset of its latest committed record in ``runs`` (the cleaner's offset map).
 
+#: Rows of (key, offset) pairs gathered before they are folded into the offset map.
+KEY_MAP_FOLD_ROWS = 1 << 20
+
+
+def _fold(tables: list[pa.Table]) -> pa.Table:
+    """One row per key, with its largest offset (Arrow's hash aggregation, no Python rows)."""
+    grouped = pa.concat_tables(tables).group_by("key").aggregate([(OFFSET_COLUMN, "max")])
+    return pa.table({"key": grouped["key"], OFFSET_COLUMN: grouped[f"{OFFSET_COLUMN}_max"]})
+
+
+def latest_offsets(store: Store, runs: Sequence[Run]) -> np.ndarray:
+    """Offsets of the latest committed record of every non-null key in ``runs`` (sorted).
+
+    Kafka's cleaner builds this offset map too. Here it lives in Arrow columns: each
+    segment's key and offset columns are folded, every ``KEY_MAP_FOLD_ROWS`` rows, into one
+    row per key by a hash group-by (``max`` offset: offsets grow along the log), so memory
+    is the distinct keys' bytes plus 8 bytes each, never a Python object per record or key.
     ``runs`` are one partition's, in offset order.
     """
-    latest: dict[bytes, int] = {}
-    for run in runs:
-        for entry, visible in zip(run.entries, run.visible, strict=True):
-            if isinstance(entry, Marker) or not visible:
-                continue
-            table = read_entry(store, entry)
-            keys = table.column("key").to_pylist()
-            offs = table.column(OFFSET_COLUMN).to_pylist()
-            for k, o in zip(keys, offs, strict=True):
-                if k is not None:
-                    latest[k] = o
-    return latest
+    entries = [
+        entry
+        for run in runs
+        for entry, visible in zip(run.entries, run.visible, strict=True)
+        if visible and not isinstance(entry, Marker)
+    ]
+    folded: list[pa.Table] = []
+    pending = 0
+    for table in read_entries(store, entries):
+        pairs = pa.table({"key": table["key"], OFFSET_COLUMN: table[OFFSET_COLUMN]})
+        pairs = pairs.filter(pc.is_valid(pairs["key"]))  # null keys are never compacted
+        folded.append(pairs)
+        pending += pairs.num_rows
+        if pending >= max(KEY_MAP_FOLD_ROWS, 2 * folded[0].num_rows) and len(folded) > 1:
+            folded = [_fold(folded)]
+            pending = 0
+    if not folded:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(_fold(folded).column(OFFSET_COLUMN).to_numpy())
 
 
 def rewrite_run(
@@ -255,14 +305,12 @@ def rewrite_run(
     for entry, table in zip(wanted, read_entries(store, wanted), strict=True):
         mask = pc.greater_equal(table.column(OFFSET_COLUMN), log_start)
         if compaction is not None:
-            latest = compaction.latest
-            offs = table.column(OFFSET_COLUMN).to_pylist()
-            keep = [
-                k is None or latest.get(k) == o
-                for k, o in zip(table.column("key").to_pylist(), offs, strict=True)
-            ]
-            mask = pc.and_(mask, pa.array(keep, pa.bool_()))
-            tombstone = pc.is_null(table.column("value"))
+            latest = compaction.keeps(table.column(OFFSET_COLUMN).to_numpy())
+            keep = pc.or_(pc.is_null(table.column("key")), pa.array(latest, pa.bool_()))
+            mask = pc.and_(mask, keep)
+            # A tombstone deletes its key; a null-key record is never compacted, so a null
+            # value under a null key is an ordinary record.
+            tombstone = pc.and_(pc.is_null(table.column("value")), pc.is_valid(table["key"]))
             expired = (
                 isinstance(entry, Segment)
                 and entry.compacted
