@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from txntable.accumulator import RecordColumns, Segment
-from txntable.records import ConsumerRecord
+from txntable.errors import CorruptLogError, MissingSegmentError, ObjectNotFoundError
+from txntable.records import ConsumerRecord, decode_segment
 from txntable.schema import TIMESTAMP_COLUMN, TypedLayout, fill_required
+from txntable.storage.base import Store
 
 
 def typed_columns(
@@ -37,6 +40,42 @@ def typed_columns(
     explicit = np.array([p for t in parts for p in t.partitions], dtype=np.int32)
     bases = list(itertools.accumulate((len(t.keys) for t in parts), initial=0))[:-1]
     return layout.rows_table(values, stamps), stamps, explicit, bases
+
+
+def read_typed(
+    store: Store, path: str, count: int, merged: bool, layout: TypedLayout
+) -> pa.Table:
+    """A typed table's whole segment, conformed to ``layout`` (what maintenance reads).
+
+    Raises:
+        MissingSegmentError: The object is gone.
+        CorruptLogError: Not readable Parquet.
+        SchemaMismatchError: See :meth:`TypedLayout.conform_segment`.
+    """
+    try:
+        data = store.get_data_file(path)
+    except ObjectNotFoundError:
+        raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
+    return decode_typed(data, path, count, merged, layout)
+
+
+def decode_typed(
+    data: bytes, path: str, count: int, merged: bool, layout: TypedLayout | None
+) -> pa.Table:
+    """Decode a segment's bytes and check them against its batch (pure); a typed table's
+    (``layout``) conformed to its schema, any other as :func:`records.decode_segment`.
+
+    Raises:
+        CorruptLogError: Not readable Parquet.
+        SchemaMismatchError: The columns or row count do not match.
+    """
+    if layout is None:
+        return decode_segment(data, path, count, merged)
+    try:
+        table = pq.ParquetFile(pa.BufferReader(data)).read()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptLogError(f"segment is not readable Parquet ({e})", path) from None
+    return layout.conform_segment(table, path, count, merged)
 
 
 def segment_rows(segment: Segment) -> pa.Table:

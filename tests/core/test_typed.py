@@ -514,3 +514,41 @@ def test_describe_shows_the_schema(warehouse: Warehouse) -> None:
     d = warehouse.table("t").describe()
     assert d.schema == schema and d.key_columns == ("a",)
     assert warehouse.create_table("plain", 1).describe().schema is None
+
+
+def test_maintenance_of_a_typed_table_across_an_evolution(warehouse: Warehouse) -> None:
+    v1 = pa.schema([("user", pa.string()), ("n", pa.int32())])
+    table = warehouse.create_table("t", 1, schema=v1, key=["user"])
+    with Producer(warehouse, transactional_id="tx") as producer:
+        producer.init_transactions()
+        for i in range(3):  # three v1 segments, the last one aborted
+            producer.begin_transaction()
+            producer.send_batch("t", {"user": ["a", "b"], "n": [i, 10 + i]})
+            if i < 2:
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+    table.evolve_schema(pa.schema([("user", pa.string()), ("n", pa.int64()), ("tag", pa.string())]))
+    with Producer(warehouse) as producer:
+        producer.send("t", {"user": "a", "n": 2**40, "tag": "v2"})
+        producer.send("t", {"user": None, "n": 7})  # no key: kept by compaction
+    before = table.scan().to_arrow()
+    assert table.verify().ok
+
+    merged = table.optimize()
+    assert merged.segments_written == 1
+    after = warehouse.table("t").scan().to_arrow()
+    assert after.equals(before)
+    assert warehouse.table("t").verify().ok
+
+    compacted = warehouse.table("t").compact(force=True)
+    assert compacted.version is not None
+    rows = warehouse.table("t").scan(columns=["user", "n", "tag", "offset"]).to_arrow()
+    assert rows.to_pylist() == [
+        {"user": "b", "n": 11, "tag": None, "offset": 4},
+        {"user": "a", "n": 2**40, "tag": "v2", "offset": 9},
+        {"user": None, "n": 7, "tag": None, "offset": 10},
+    ]
+    assert warehouse.table("t").verify().ok
+    assert warehouse.table("t").snapshot().protocol == Protocol(3, 3)
