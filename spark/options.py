@@ -55,9 +55,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import pyarrow as pa
+
 from txntable.errors import InvalidConfigurationError
 from txntable.names import validate_table_name
 from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
+from txntable.schema import TypedLayout
 from txntable.storage import check_storage_options
 
 __all__ = [
@@ -96,6 +99,7 @@ READ_OPTIONS = frozenset(
         "minPartitions",
         "includeHeaders",
         "finishStuckTransactions",
+        "columns",
     }
 )
 BATCH_READ_OPTIONS = READ_OPTIONS | {"endingOffsets", "versionAsOf"}
@@ -105,7 +109,7 @@ STREAM_READ_OPTIONS = READ_OPTIONS | {
     "maxTriggerDelay",
     "maxFilesPerTrigger",
 }
-WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment"})
+WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment", "mergeSchema"})
 BATCH_WRITE_OPTIONS = WRITE_OPTIONS | {"txnVersion"}
 #: ``checkpointLocation`` and ``queryName`` are set by Spark itself.
 STREAM_WRITE_OPTIONS = WRITE_OPTIONS | {"checkpointLocation", "queryName"}
@@ -165,6 +169,14 @@ class ReadOptions:
     max_files_per_trigger: int | None = None
     include_headers: bool = True
     finish_stuck_transactions: bool = True
+    #: Typed tables: the columns to read (``columns`` option or a user-given schema);
+    #: ``None``: all.
+    columns: tuple[str, ...] | None = None
+    #: Typed tables: the layout the read was planned with (set by the source once it has
+    #: loaded the table; ``None``: Kafka's record).
+    layout: TypedLayout | None = None
+    #: Typed tables: the exact Arrow schema of the batches Spark expects.
+    arrow_schema: pa.Schema | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -181,6 +193,8 @@ class WriteOptions:
     max_bytes_per_segment: int = DEFAULT_MAX_BYTES_PER_SEGMENT
     #: Batch writes: Delta's ``txnVersion`` (with ``txn_app_id``).
     txn_version: int | None = None
+    #: Typed tables: evolve the table's schema to hold the DataFrame's columns.
+    merge_schema: bool = False
 
 
 def check_option_names(options: Mapping[str, str], accepted: frozenset[str], what: str) -> None:
@@ -481,7 +495,25 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         max_files_per_trigger=parse_int(options, "maxFilesPerTrigger", None, 1),
         include_headers=parse_bool(options, "includeHeaders", True),
         finish_stuck_transactions=parse_bool(options, "finishStuckTransactions", True),
+        columns=parse_columns(options),
     )
+
+
+def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The ``columns`` option: comma-separated column names of a typed table.
+
+    Raises:
+        InvalidConfigurationError: Empty, or a name twice.
+    """
+    raw = _get(options, "columns")
+    if raw is None:
+        return None
+    names = tuple(n.strip() for n in raw.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise InvalidConfigurationError(
+            f"columns must be distinct comma-separated names, not {raw!r}"
+        )
+    return names
 
 
 def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
@@ -507,4 +539,4 @@ def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> 
         raise InvalidConfigurationError(
             "an idempotent batch write needs both txnAppId and txnVersion"
         )
-    return WriteOptions(location, app_id, seg, version)
+    return WriteOptions(location, app_id, seg, version, parse_bool(options, "mergeSchema", False))

@@ -270,7 +270,7 @@ def merge_schemas(table: pa.Schema, data: pa.Schema) -> pa.Schema:
             d = data.field(f.name)
             if d.type != f.type and type_name(d.type) in WIDENINGS.get(type_name(f.type), ()):
                 f = f.with_type(d.type)
-            elif not _castable(d.type, f.type):
+            elif not castable(d.type, f.type):
                 raise SchemaMismatchError(
                     f"schema change refused: column {f.name!r} of type {f.type} cannot hold "
                     f"{d.type}"
@@ -529,10 +529,12 @@ def _as_table(data: object) -> pa.Table:
 
 def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedArray:
     if column.type != f.type:
-        if not _castable(column.type, f.type):
+        if not castable(column.type, f.type):
             raise SerializationError(
                 f"{what}: column {f.name!r} has type {column.type}, the schema says {f.type}"
             )
+        if _has_struct(column.type):
+            column = pa.chunked_array([_blank_under_nulls(c) for c in column.chunks], column.type)
         try:
             column = column.cast(f.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -547,7 +549,7 @@ def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
     return column
 
 
-def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
+def castable(src: pa.DataType, dst: pa.DataType) -> bool:
     """Whether a column of ``src`` may be stored as ``dst`` (a lossless kind of cast: no
     string parsing, no float to integer, nothing to or from strings but string kinds)."""
     if pa.types.is_null(src):
@@ -573,11 +575,11 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     if pa.types.is_boolean(dst):
         return pa.types.is_boolean(src)
     if pa.types.is_list(dst):
-        return (pa.types.is_list(src) or pa.types.is_large_list(src)) and _castable(
+        return (pa.types.is_list(src) or pa.types.is_large_list(src)) and castable(
             src.value_type, dst.value_type
         )
     if pa.types.is_map(dst):
-        return pa.types.is_map(src) and _castable(src.key_type, dst.key_type) and _castable(
+        return pa.types.is_map(src) and castable(src.key_type, dst.key_type) and castable(
             src.item_type, dst.item_type
         )
     if pa.types.is_struct(dst):
@@ -586,7 +588,7 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
         names = {src.field(i).name: src.field(i).type for i in range(src.num_fields)}
         dst_names = {dst.field(i).name for i in range(dst.num_fields)}
         return set(names) <= dst_names and all(
-            _castable(names[dst.field(i).name], dst.field(i).type)
+            castable(names[dst.field(i).name], dst.field(i).type)
             for i in range(dst.num_fields)
             if dst.field(i).name in names
         )
@@ -696,6 +698,38 @@ def _fill_required(chunk: pa.Array) -> pa.Array:
                 offsets,
             )
         return pa.ListArray.from_arrays(offsets, values, type=t)
+    return chunk
+
+
+def _has_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_struct(t.value_type)
+    if pa.types.is_map(t):
+        return _has_struct(t.item_type)
+    return False
+
+
+def _blank_under_nulls(chunk: pa.Array) -> pa.Array:
+    """``chunk`` with every value below a null struct replaced by a placeholder (those
+    values are invisible; a cast to a type with not-null fields would refuse them)."""
+    t = chunk.type
+    if pa.types.is_struct(t):
+        children = [_blank_under_nulls(chunk.field(i)) for i in range(t.num_fields)]
+        if not chunk.null_count:
+            return pa.StructArray.from_arrays(children, fields=list(t))
+        parent_null = chunk.is_null()
+        children = [
+            pc.if_else(parent_null, pa.scalar(_default(c.type), c.type), c) for c in children
+        ]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=parent_null)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _has_struct(t.value_type):
+        offsets = chunk.offsets
+        if chunk.null_count:
+            mask = pa.concat_arrays([chunk.is_null(), pa.array([False])])
+            offsets = pc.if_else(mask, pa.scalar(None, offsets.type), offsets)
+        return type(chunk).from_arrays(offsets, _blank_under_nulls(chunk.values), type=t)
     return chunk
 
 
