@@ -8,7 +8,7 @@ planned slices travel to executors, inside :class:`ScanPartition`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.types import StructType
@@ -37,7 +38,7 @@ from .options import (
     parse_location,
     parse_read_options,
 )
-from .planning import SegmentSlice, plan_scan
+from .planning import Pruning, SegmentSlice, plan_scan
 from .scan import read_slices
 from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
 
@@ -190,10 +191,19 @@ class TxnTableReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
+        self.pruning = Pruning()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Filters on ``partition`` (``=``, ``IN``) and ``offset`` (comparisons) prune the
+        planned segments (with ``spark.sql.python.filterPushdown.enabled``); every filter
+        is still returned for Spark to apply to the rows read."""
+        for f in filters:
+            self.pruning = self.pruning.narrowed(f)
+        return filters
 
     def partitions(self) -> Sequence[InputPartition]:
         """Load the snapshot once and plan (see :func:`txntable_spark.planning.plan_scan`)."""
-        groups = plan_scan(load_snapshot(self.opts), self.opts)
+        groups = self.pruning.prune(plan_scan(load_snapshot(self.opts), self.opts))
         return [ScanPartition.of(self.opts, g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
