@@ -102,7 +102,7 @@ READ_OPTIONS = frozenset(
         "columns",
     }
 )
-BATCH_READ_OPTIONS = READ_OPTIONS | {"endingOffsets", "versionAsOf"}
+BATCH_READ_OPTIONS = READ_OPTIONS | {"endingOffsets", "versionAsOf", "pushFilters"}
 STREAM_READ_OPTIONS = READ_OPTIONS | {
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",

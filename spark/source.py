@@ -193,14 +193,6 @@ class TxnTableReader(DataSourceReader):
         self.opts = opts
         self.pruning = Pruning()
 
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Filters on ``partition`` (``=``, ``IN``) and ``offset`` (comparisons) prune the
-        planned segments (with ``spark.sql.python.filterPushdown.enabled``); every filter
-        is still returned for Spark to apply to the rows read."""
-        for f in filters:
-            self.pruning = self.pruning.narrowed(f)
-        return filters
-
     def partitions(self) -> Sequence[InputPartition]:
         """Load the snapshot once and plan (see :func:`txntable_spark.planning.plan_scan`)."""
         groups = self.pruning.prune(plan_scan(load_snapshot(self.opts), self.opts))
@@ -209,6 +201,20 @@ class TxnTableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the partition's records as Arrow batches in :data:`ARROW_SCHEMA`."""
         return read_partition(partition)
+
+
+class TxnTableFilteringReader(TxnTableReader):
+    """The batch reader with filter pushdown (option ``pushFilters``): Spark refuses a
+    reader implementing ``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled``
+    is set, so it is only used when asked for."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Filters on ``partition`` (``=``, ``IN``) and ``offset`` (comparisons) prune the
+        planned segments; every filter is still returned for Spark to apply to the rows
+        read."""
+        for f in filters:
+            self.pruning = self.pruning.narrowed(f)
+        return filters
 
 
 class TxnTableDataSource(DataSource):
@@ -243,7 +249,10 @@ class TxnTableDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader; options are validated here, at planning time."""
-        return TxnTableReader(self._read_options(schema, streaming=False))
+        opts = self._read_options(schema, streaming=False)
+        if parse_bool(self._options(), "pushFilters", False):
+            return TxnTableFilteringReader(opts)
+        return TxnTableReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (see :mod:`txntable_spark.stream`); a typed table is read
