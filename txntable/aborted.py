@@ -6,6 +6,12 @@ offset order, every aborted entry whose first offset is at or below the current 
 offset makes its producer "aborted"; a transactional batch of an aborted producer is
 skipped; that producer's ABORT marker clears it again. Markers themselves are never data.
 
+One departure from Kafka: a producer is aborted only up to its index entry's ``lastOffset``
+(the ABORT marker's offset), not until the marker is seen. A merge may have rewritten the
+marker into a merged segment while the index entry stays (its transaction started before
+the merged range, e.g. below the log start or in a run of its own); waiting for the marker
+would hide every later transaction of that producer, committed ones too.
+
 Both the Python consumer and the Spark reader use this one module. Because a segment is
 exactly one producer batch, a skipped batch is skipped without reading its segment.
 """
@@ -34,20 +40,23 @@ def classify_entries(
         producer is not visible; every other batch is, and so is every merged segment
         (it holds committed records only).
     """
-    heap = [(a.firstOffset, i, a.producerId) for i, a in enumerate(aborted)]
+    heap = [(a.firstOffset, i, a.producerId, a.lastOffset) for i, a in enumerate(aborted)]
     heapq.heapify(heap)
-    aborted_pids: set[int] = set()
+    # producer id -> last offset (its ABORT marker) of the aborted transaction being walked
+    aborted_pids: dict[int, int] = {}
     for entry in entries:
         pid = entry.producerId
         if pid >= 0:
             while heap and heap[0][0] <= entry.last_offset:
-                aborted_pids.add(heapq.heappop(heap)[2])
+                _, _, aborted_pid, last = heapq.heappop(heap)
+                aborted_pids[aborted_pid] = last
         if isinstance(entry, Marker):
             if entry.type == "ABORT":
-                aborted_pids.discard(pid)
+                aborted_pids.pop(pid, None)
             yield entry, False
         else:
-            yield entry, not (entry.transactional and pid in aborted_pids)
+            hidden = entry.transactional and aborted_pids.get(pid, -1) >= entry.baseOffset
+            yield entry, not hidden
 
 
 def visible_batches(

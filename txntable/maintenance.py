@@ -42,7 +42,7 @@ from txntable.retention import (
 )
 from txntable.schema import layout_of
 from txntable.snapshot import TableSnapshot
-from txntable.vacuum import first_version_since, new_segment_name
+from txntable.vacuum import first_version_since, new_segment_name, version_time
 
 if TYPE_CHECKING:
     from txntable.table import Table
@@ -270,7 +270,10 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     log = table.log
     # Versions before the first one inside the window are older than it (commit timestamps
     # grow with versions, up to clock skew): keep the newest checkpoint among them.
-    first_inside = first_version_since(log, clock - cfg.version_retention_ms, snap.version)
+    cutoff = clock - cfg.version_retention_ms
+    first_inside = first_version_since(log, cutoff, snap.version)
+    if first_inside == snap.version and (version_time(log, snap.version) or 0) < cutoff:
+        first_inside += 1  # even the latest version is outside: its checkpoint qualifies
     listing = log.listing()
     keep: int | None = None
     for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):

@@ -96,7 +96,9 @@ def mergeable_entries(part: PartitionState) -> list[tuple[Entry, bool]]:
     upper = part.last_stable_offset
     if not part.entries:
         return []
-    start = part.entries[0].baseOffset
+    # A v1 table keeps entries below its log start; the v2 upgrade of the merge's own commit
+    # drops them, so a run must not start there (its segment would replace nothing).
+    start = max(part.entries[0].baseOffset, min(part.log_start_offset, upper))
     below = (e for e in part.entries_between(start, upper) if e.next_offset <= upper)
     return list(classify_entries(below, part.aborted_between(start, upper)))
 
@@ -147,12 +149,22 @@ def dirty_ratio(part: PartitionState) -> float:
 
 
 def _runs_still_current(snap: TableSnapshot, runs: Sequence[Run]) -> list[Run]:
-    """The runs whose entries are still exactly what the snapshot holds (a rebase check)."""
+    """The runs whose entries are still exactly what the snapshot holds (a rebase check).
+
+    A run whose first entry is wholly below the log start is not current either: on a v1
+    table a concurrent ``delete_records`` keeps the entries, but the upgrade to v2 in the
+    same commit drops them, and the segment would then start at no retained entry.
+    """
     out = []
     for run in runs:
         part = snap.partition(run.partition)
         now = tuple(part.entries_between(run.base_offset, run.end_offset))
-        if now == run.entries and run.end_offset <= part.last_stable_offset:
+        dropped = min(part.log_start_offset, part.last_stable_offset)
+        if (
+            now == run.entries
+            and run.end_offset <= part.last_stable_offset
+            and run.entries[0].next_offset > dropped
+        ):
             out.append(run)
     return out
 
@@ -231,32 +243,70 @@ def read_entries(
 
 @dataclass
 class Compaction:
-    """What key compaction keeps: the latest offset per key, and the tombstone cutoff."""
+    """What key compaction keeps: the latest offset per key, and the tombstone cutoff.
 
-    latest: dict[bytes, int]
+    ``latest`` holds only offsets (sorted, one per non-null key): whether a record is its
+    key's latest is whether its offset is in it, so the rewrite never looks keys up.
+    """
+
+    latest: np.ndarray
     now: int
     delete_retention_ms: int
+
+    def keeps(self, offsets: np.ndarray) -> np.ndarray:
+        """Per offset (ascending, as in a segment), whether it is its key's latest."""
+        if not len(offsets):
+            return np.zeros(0, dtype=bool)
+        lo, hi = np.searchsorted(self.latest, [offsets[0], offsets[-1]], side="left")
+        # Only the slice of the map inside this segment's offsets matters.
+        window = self.latest[lo : hi + 1]
+        at = np.searchsorted(window, offsets)
+        found = at < len(window)
+        found[found] = window[at[found]] == offsets[found]
+        return found
+
+
+#: Rows of (key, offset) pairs gathered before they are folded into the offset map.
+KEY_MAP_FOLD_ROWS = 1 << 20
+
+
+def _fold(tables: list[pa.Table]) -> pa.Table:
+    """One row per key, with its largest offset (Arrow's hash aggregation, no Python rows)."""
+    grouped = pa.concat_tables(tables).group_by("key").aggregate([(OFFSET_COLUMN, "max")])
+    return pa.table({"key": grouped["key"], OFFSET_COLUMN: grouped[f"{OFFSET_COLUMN}_max"]})
 
 
 def latest_offsets(
     store: Store, runs: Sequence[Run], layout: TypedLayout | None = None
-) -> dict[bytes, int]:
-    """Key → offset of its latest committed record in ``runs`` (the cleaner's offset map).
+) -> np.ndarray:
+    """Offsets of the latest committed record of every non-null key in ``runs`` (sorted).
 
+    Kafka's cleaner builds this offset map too. Here it lives in Arrow columns: each
+    segment's key and offset columns are folded, every ``KEY_MAP_FOLD_ROWS`` rows, into one
+    row per key by a hash group-by (``max`` offset: offsets grow along the log), so memory
+    is the distinct keys' bytes plus 8 bytes each, never a Python object per record or key.
     ``runs`` are one partition's, in offset order.
     """
-    latest: dict[bytes, int] = {}
-    for run in runs:
-        for entry, visible in zip(run.entries, run.visible, strict=True):
-            if isinstance(entry, Marker) or not visible:
-                continue
-            table = read_entry(store, entry, layout)
-            keys = record_keys(table, layout).to_pylist()
-            offs = table.column(OFFSET_COLUMN).to_pylist()
-            for k, o in zip(keys, offs, strict=True):
-                if k is not None:
-                    latest[k] = o
-    return latest
+    entries = [
+        entry
+        for run in runs
+        for entry, visible in zip(run.entries, run.visible, strict=True)
+        if visible and not isinstance(entry, Marker)
+    ]
+    folded: list[pa.Table] = []
+    pending = 0
+    for table in read_entries(store, entries, layout):
+        keys = record_keys(table, layout)
+        pairs = pa.table({"key": keys, OFFSET_COLUMN: table[OFFSET_COLUMN]})
+        pairs = pairs.filter(pc.is_valid(pairs["key"]))  # null keys are never compacted
+        folded.append(pairs)
+        pending += pairs.num_rows
+        if pending >= max(KEY_MAP_FOLD_ROWS, 2 * folded[0].num_rows) and len(folded) > 1:
+            folded = [_fold(folded)]
+            pending = 0
+    if not folded:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(_fold(folded).column(OFFSET_COLUMN).to_numpy())
 
 
 def rewrite_run(
@@ -281,15 +331,14 @@ def rewrite_run(
     for entry, table in zip(wanted, read_entries(store, wanted, layout), strict=True):
         mask = pc.greater_equal(table.column(OFFSET_COLUMN), log_start)
         if compaction is not None:
-            latest = compaction.latest
-            offs = table.column(OFFSET_COLUMN).to_pylist()
-            keep = [
-                k is None or latest.get(k) == o
-                for k, o in zip(record_keys(table, layout).to_pylist(), offs, strict=True)
-            ]
-            mask = pc.and_(mask, pa.array(keep, pa.bool_()))
+            latest = compaction.keeps(table.column(OFFSET_COLUMN).to_numpy())
+            keys = record_keys(table, layout)
+            keep = pc.or_(pc.is_null(keys), pa.array(latest, pa.bool_()))
+            mask = pc.and_(mask, keep)
             if layout is None:
-                tombstone = pc.is_null(table.column("value"))
+                # A tombstone deletes its key; a null-key record is never compacted, so a
+                # null value under a null key is an ordinary record.
+                tombstone = pc.and_(pc.is_null(table.column("value")), pc.is_valid(keys))
             else:  # a typed record is never a tombstone
                 tombstone = pa.array(np.zeros(table.num_rows, dtype=bool))
             expired = (

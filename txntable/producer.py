@@ -261,6 +261,7 @@ class Producer:
         self._sealing: set[ProduceResult] = set()  # under _lock: taken from _open, not queued
         self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._queued_memory = 0  # under _cond: queued and in-flight rows, encoded segments
+        self._memory_waiters = 0  # under _cond: callers blocked on a full buffer
         self._sending: list[Segment] = []  # the round in flight
         self._pool: ThreadPoolExecutor | None = None
         self._maintenance = AutoMaintenance(warehouse.table) if auto_maintenance else None
@@ -924,16 +925,24 @@ class Producer:
         with self._cond:
             # Something must be buffered to wait for; a reservation larger than the whole
             # buffer goes ahead alone rather than never.
-            while (used := self._open_memory() + self._queued_memory) + memory > (
-                self.buffer_memory
-            ) and used > 0:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise BufferExhaustedError(
-                        f"failed to allocate {memory} bytes within "
-                        f"max_block_ms={self.max_block_ms}"
-                    )
-                self._cond.wait(remaining)
+            # While someone waits, the sender sends what is buffered at once, whatever
+            # batch_size and linger_ms say (Kafka's accumulator counts an exhausted buffer
+            # as ready): else a buffer full of lingering records frees nothing.
+            self._memory_waiters += 1
+            try:
+                while (used := self._open_memory() + self._queued_memory) + memory > (
+                    self.buffer_memory
+                ) and used > 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise BufferExhaustedError(
+                            f"failed to allocate {memory} bytes within "
+                            f"max_block_ms={self.max_block_ms}"
+                        )
+                    self._cond.notify_all()  # the sender, waiting for a linger deadline
+                    self._cond.wait(remaining)
+            finally:
+                self._memory_waiters -= 1
             if reserve:
                 self._queued_memory += memory
 
@@ -1120,7 +1129,7 @@ class Producer:
         queues = [q for q in self._queues.values() if q.runs]
         if not opened and not queues:
             return False, None
-        if self._flush_requested or self._closed:
+        if self._flush_requested or self._closed or self._memory_waiters:
             return True, None
         if any(c.record_bytes >= self.batch_size for c in opened) or any(
             q.record_bytes >= self.batch_size for q in queues

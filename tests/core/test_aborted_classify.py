@@ -14,7 +14,7 @@ import pytest
 
 from core.helpers import batch, snapshot_of
 from txntable.aborted import classify_entries, visible_batches
-from txntable.actions import AbortedTxn, Action, Batch, Marker
+from txntable.actions import AbortedTxn, Action, Batch, Marker, Segment
 from txntable.snapshot import Entry
 
 P1, P2, P3 = 1, 2, 3
@@ -131,6 +131,20 @@ KAFKA_CASES = {
         ],
         [AbortedTxn(0, P1, 2, 3, 4)],
         [0],
+    ),
+    # Not in Kafka: a merge rewrote the ABORT marker (3) into a merged segment while the
+    # index entry stays (its transaction started before the merged range); the producer's
+    # next transaction is visible all the same.
+    "abort marker merged away": (
+        [
+            batch(0, 0, 1, P1, 0, 0, True),
+            batch(0, 1, 1, IDEMPOTENT, 0, 0),
+            Segment(0, 2, 4, 0, "", 0),
+            batch(0, 4, 1, P1, 0, 1, True),
+            marker(5, P1, "COMMIT"),
+        ],
+        [AbortedTxn(0, P1, 0, 3, 4)],
+        [1, 2, 4],
     ),
 }
 

@@ -1,0 +1,246 @@
+"""The harness driver: start the worker processes, inject process faults, then check.
+
+:func:`run` creates the tables, starts the workers (``eo_workers.py``), and until the deadline
+injects faults at random: SIGKILL of a producer or the consume-transform-produce worker and
+a restart with the same transactional id; a zombie (SIGSTOP, a successor with the same
+transactional id initialises, SIGCONT: the old instance must be fenced); storage outages of
+seconds. Storage faults (ambiguous and failed writes, late writes, slow requests) come from
+each worker's :class:`eo_chaos.ChaosStore`. Then it stops the workers, aborts what killed
+workers left open, reads the final tables and runs :func:`eo_checker.check`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eo_chaos import ChaosConfig, set_outage
+from eo_checker import Report, check, collect, load_journals
+
+from txntable import Warehouse
+from txntable.storage import open_store
+
+HERE = Path(__file__).resolve().parent
+WORKERS = HERE / "eo_workers.py"
+TABLES = {"t0": 3, "t1": 2, "t2": 2}
+CTP_TABLE, CTP_PARTITIONS, CTP_GROUP = "ctp", 3, "ctp-group"
+
+
+@dataclass
+class HarnessConfig:
+    """One harness run."""
+
+    url: str
+    workdir: Path
+    options: Mapping[str, str] = field(default_factory=dict)
+    duration_s: float = 30.0
+    txn_workers: int = 3
+    idem_workers: int = 1
+    ctp: bool = True
+    consumer: bool = True
+    maintenance: bool = True
+    #: Seconds between process faults (uniform in this range); None: no process faults.
+    fault_interval_s: tuple[float, float] | None = (2.0, 5.0)
+    outages: bool = True
+    chaos: ChaosConfig = field(default_factory=ChaosConfig)
+    #: Short transaction timeout of the stalling worker (the others use 30 s).
+    short_timeout_ms: int = 2000
+    seed: int = 0
+    #: A SparkSession with the txntable source registered: the Spark source reads too.
+    spark: Any = None
+
+
+@dataclass
+class Slot:
+    role: str
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    inc: int = 0
+    zombies: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+
+class Driver:
+    def __init__(self, cfg: HarnessConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.journals = cfg.workdir / "journals"
+        self.journals.mkdir(parents=True, exist_ok=True)
+        self.stop_file = str(cfg.workdir / "stop")
+        self.outage_file = str(cfg.workdir / "outage")
+        self.slots: list[Slot] = []
+        self.driver_journal = open(self.journals / "driver.jsonl", "a")  # noqa: SIM115
+
+    def note(self, **entry: Any) -> None:
+        self.driver_journal.write(json.dumps({**entry, "ts": round(time.time(), 3)}) + "\n")
+        self.driver_journal.flush()
+
+    def worker_cfg(self, slot: Slot) -> dict[str, Any]:
+        chaos = asdict(self.cfg.chaos)
+        chaos["outage_file"] = self.outage_file
+        cfg: dict[str, Any] = {
+            "role": slot.role,
+            "slot": slot.index,
+            "inc": slot.inc,
+            "url": self.cfg.url,
+            "options": dict(self.cfg.options),
+            "chaos": chaos,
+            "seed": self.cfg.seed * 1000 + slot.index * 100 + slot.inc,
+            "stop_file": self.stop_file,
+            "journal": str(self.journals / f"{slot.role}-{slot.index}-{slot.inc}.jsonl"),
+        }
+        if slot.role == "txn":
+            cfg["tid"] = f"tx{slot.index}"
+            short = slot.index == 0
+            cfg["txn_timeout_ms"] = self.cfg.short_timeout_ms if short else 30_000
+            cfg["stall_rate"] = 0.05 if short else 0.0
+            cfg["exit_when_fenced"] = True
+        elif slot.role == "ctp":
+            cfg["txn_timeout_ms"] = 30_000
+            cfg["exit_when_fenced"] = True
+        return cfg
+
+    def start(self, slot: Slot) -> subprocess.Popen[bytes]:
+        log = open(self.cfg.workdir / f"{slot.role}-{slot.index}-{slot.inc}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, str(WORKERS), json.dumps(self.worker_cfg(slot))],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(HERE),
+        )
+        log.close()
+        slot.proc = proc
+        return proc
+
+    def restart(self, slot: Slot) -> None:
+        slot.inc += 1
+        self.start(slot)
+
+    def setup(self) -> None:
+        wh = Warehouse(store=open_store(self.cfg.url, dict(self.cfg.options)))
+        for name, parts in {**TABLES, CTP_TABLE: CTP_PARTITIONS}.items():
+            wh.create_table(name, partitions=parts)
+        roles = ["txn"] * self.cfg.txn_workers + ["idem"] * self.cfg.idem_workers
+        if self.cfg.ctp:
+            roles.append("ctp")
+        if self.cfg.consumer:
+            roles.append("consumer")
+        if self.cfg.maintenance:
+            roles.append("maint")
+        counts: dict[str, int] = {}
+        for role in roles:
+            slot = Slot(role, counts.get(role, 0))
+            counts[role] = slot.index + 1
+            self.slots.append(slot)
+            self.start(slot)
+
+    def fault(self) -> None:
+        kinds = ["kill", "kill", "zombie"] + (["outage"] if self.cfg.outages else [])
+        kind = self.rng.choice(kinds)
+        victims = [s for s in self.slots if s.role in ("txn", "idem", "ctp")]
+        if kind == "outage":
+            seconds = self.rng.uniform(1.0, 4.0)
+            set_outage(self.outage_file, seconds)
+            self.note(e="driver_fault", kind="outage", seconds=round(seconds, 2))
+            return
+        if kind == "zombie":
+            victims = [s for s in victims if s.role in ("txn", "ctp")]
+        if not victims:
+            return
+        slot = self.rng.choice(victims)
+        proc = slot.proc
+        assert proc is not None
+        if proc.poll() is not None:
+            return
+        if kind == "kill":
+            time.sleep(self.rng.uniform(0, 0.5))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.note(e="driver_fault", kind="sigkill", role=slot.role, slot=slot.index)
+            self.restart(slot)
+        else:
+            proc.send_signal(signal.SIGSTOP)
+            self.note(e="driver_fault", kind="zombie", role=slot.role, slot=slot.index)
+            slot.zombies.append(proc)
+            self.restart(slot)  # the successor initialises with the same transactional id
+            time.sleep(self.rng.uniform(1.0, 3.0))
+            proc.send_signal(signal.SIGCONT)
+
+    def supervise(self) -> None:
+        """Restart workers that exited on their own (fenced, or a fatal error)."""
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is not None:
+                self.note(e="exited", role=slot.role, slot=slot.index, code=slot.proc.returncode)
+                self.restart(slot)
+
+    def wait_started(self, timeout: float = 90) -> None:
+        """Wait until every worker has started (imports take seconds on a loaded machine)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.supervise()
+            started = [
+                (self.journals / f"{s.role}-{s.index}-{s.inc}.jsonl").exists() for s in self.slots
+            ]
+            if all(started):
+                return
+            time.sleep(0.2)
+
+    def run(self) -> None:
+        self.setup()
+        self.wait_started()
+        deadline = time.monotonic() + self.cfg.duration_s
+        interval = self.cfg.fault_interval_s
+        next_fault = time.monotonic() + (self.rng.uniform(*interval) if interval else 1e9)
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            self.supervise()
+            if time.monotonic() >= next_fault and interval is not None:
+                self.fault()
+                next_fault = time.monotonic() + self.rng.uniform(*interval)
+        self.stop()
+
+    def stop(self) -> None:
+        Path(self.stop_file).touch()
+        procs = [s.proc for s in self.slots if s.proc is not None]
+        procs += [z for s in self.slots for z in s.zombies]
+        end = time.monotonic() + 60
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                self.note(e="stuck_at_stop", pid=proc.pid)
+        self.driver_journal.close()
+
+
+def run(cfg: HarnessConfig) -> Report:
+    """Run the workload, then check it; the report's ``ok`` says whether anything broke."""
+    started = time.monotonic()
+    driver = Driver(cfg)
+    try:
+        driver.run()
+    except BaseException:
+        driver.stop()
+        raise
+    wh = Warehouse(store=open_store(cfg.url, dict(cfg.options)))
+    # Abort what killed workers left open (as their timeout would), then read.
+    wh.recover(now=int(time.time() * 1000) + 3_600_000)
+    final = collect(
+        wh,
+        {**TABLES, CTP_TABLE: CTP_PARTITIONS},
+        CTP_GROUP if cfg.ctp else None,
+        spark=cfg.spark,
+        options=dict(cfg.options),
+    )
+    history = load_journals(driver.journals)
+    report = check(history, final, CTP_TABLE if cfg.ctp else None)
+    report.stats["seconds"] = round(time.monotonic() - started, 1)
+    return report

@@ -1,0 +1,446 @@
+"""Harness worker processes: run as ``python eo_workers.py '<json config>'``.
+
+Roles (``cfg["role"]``):
+
+* ``txn``: a transactional producer (``cfg["tid"]``) writing unique values to random
+  partitions of the data tables, with ``send`` and ``send_batch``, committing or aborting at
+  random, sometimes stalling past a short transaction timeout;
+* ``idem``: an idempotent producer;
+* ``ctp``: consume-transform-produce from table ``t0`` to table ``ctp`` in transactions
+  carrying the group offsets;
+* ``consumer``: a read_committed consumer journaling every record it sees (``poll`` and
+  ``poll_arrow`` in turn) and sampling ``describe()``;
+* ``maint``: maintenance next to the writers: optimize, compact, delete_records (journaling
+  what it deletes first), checkpoint, recover.
+
+Every role writes what it did and saw to its own journal (JSON lines, one ``write`` each, so
+a SIGKILL loses at most a partial last line). Storage is wrapped in a
+:class:`~eo_chaos.ChaosStore`; every injected fault is journaled. A role stops when the stop
+file exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from typing import Any
+
+import pyarrow as pa
+from eo_chaos import ChaosConfig, ChaosStore
+
+from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable.errors import ProducerFencedError, TxnTableError, UnstableOffsetCommitError
+from txntable.groups import OffsetAndMetadata
+from txntable.storage import open_store
+
+#: Data tables and their partition counts; ``ctp`` is the consume-transform-produce output.
+TABLES = {"t0": 3, "t1": 2, "t2": 2}
+CTP_TABLE, CTP_PARTITIONS, CTP_GROUP = "ctp", 3, "ctp-group"
+#: The only table whose log start maintenance moves (the checker is told what it deleted).
+DELETE_TABLE = "t2"
+
+
+class Journal:
+    """Append-only JSON lines, one ``os.write`` per line."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def log(self, **entry: Any) -> None:
+        entry["ts"] = round(time.time(), 3)
+        os.write(self.fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
+
+
+def open_warehouse(cfg: dict[str, Any], j: Journal, rate: float = 1.0) -> Warehouse:
+    inner = open_store(cfg["url"], dict(cfg.get("options") or {}))
+    chaos = ChaosConfig(**cfg["chaos"]).scaled(rate)
+    store = ChaosStore(
+        inner,
+        chaos,
+        on_fault=lambda kind, op, key: j.log(e="fault", kind=kind, op=op, key=key),
+        seed=cfg["seed"],
+    )
+    return Warehouse(store=store)
+
+
+def stopping(cfg: dict[str, Any]) -> bool:
+    return os.path.exists(cfg["stop_file"])
+
+
+def err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:300]
+
+
+def untyped(j: Journal, where: str, e: BaseException) -> None:
+    j.log(e="untyped", where=where, err=err(e), tb=traceback.format_exc()[-2000:])
+
+
+# --- transactional producer ---------------------------------------------------------------
+
+
+def new_txn_producer(wh: Warehouse, cfg: dict[str, Any], j: Journal) -> Producer:
+    """A producer for the worker's transactional id, initialised (retried while storage fails)."""
+    while True:
+        p = Producer(
+            wh,
+            transactional_id=cfg["tid"],
+            linger_ms=random.choice([0, 5, 50]),
+            transaction_timeout_ms=cfg["txn_timeout_ms"],
+            delivery_timeout_ms=cfg.get("delivery_timeout_ms", 20_000),
+            max_block_ms=20_000,
+            auto_maintenance=False,
+        )
+        try:
+            p.init_transactions()
+            j.log(e="init")
+            return p
+        except TxnTableError as e:
+            j.log(e="init_error", err=err(e))
+            close_quietly(p, j)
+            if stopping(cfg):
+                raise
+            time.sleep(0.2)
+
+
+def close_quietly(p: Producer, j: Journal) -> None:
+    try:
+        p.close(timeout=5)
+    except TxnTableError as e:
+        j.log(e="close_error", err=err(e))
+    except Exception as e:
+        untyped(j, "close", e)
+
+
+def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
+    rng = random.Random(cfg["seed"])
+    wh = open_warehouse(cfg, j)
+    producer = new_txn_producer(wh, cfg, j)
+    n = 0
+    while not stopping(cfg):
+        txn = f"{cfg['tid']}.{cfg['inc']}.{n}"
+        n += 1
+        j.log(e="begin", txn=txn)
+        futures: list[tuple[str, str, int, list[str], Any]] = []
+        try:
+            producer.begin_transaction()
+            for k in range(rng.randint(1, 4)):
+                table = rng.choice(sorted(TABLES))
+                part = rng.randrange(TABLES[table])
+                if rng.random() < 0.3:
+                    vals = [f"{txn}/{k}.{i}" for i in range(rng.randint(2, 6))]
+                    j.log(e="send", txn=txn, t=table, p=part, vs=vals)
+                    data = pa.table(
+                        {
+                            "key": pa.array([v.encode() for v in vals], pa.binary()),
+                            "value": pa.array([v.encode() for v in vals], pa.binary()),
+                        }
+                    )
+                    fut = producer.send_batch(table, data, partition=part)
+                    futures.append(("batch", table, part, vals, fut))
+                else:
+                    v = f"{txn}/{k}"
+                    j.log(e="send", txn=txn, t=table, p=part, vs=[v])
+                    fut = producer.send(table, key=v.encode(), value=v.encode(), partition=part)
+                    futures.append(("one", table, part, [v], fut))
+                if rng.random() < 0.2:
+                    producer.flush()
+            if rng.random() < cfg.get("stall_rate", 0.0):
+                # Past the transaction timeout: a recoverer may abort it (and fence us).
+                j.log(e="stall", txn=txn)
+                time.sleep(cfg["txn_timeout_ms"] / 1000 * rng.uniform(1.2, 2.5))
+            if rng.random() < 0.75:
+                j.log(e="deciding", txn=txn, d="commit")
+                producer.flush()
+                acks = []
+                for kind, table, part, vals, fut in futures:
+                    res = fut.result(timeout=60)
+                    if kind == "batch":
+                        offs = [int(o) for o in res.offsets]
+                        acks.extend([v, table, part, o] for v, o in zip(vals, offs, strict=True))
+                    else:
+                        acks.append([vals[0], table, part, res.offset])
+                j.log(e="acks", txn=txn, acks=acks)
+                producer.commit_transaction()
+                j.log(e="end", txn=txn, outcome="commit")
+            else:
+                j.log(e="deciding", txn=txn, d="abort")
+                producer.abort_transaction()
+                j.log(e="end", txn=txn, outcome="abort")
+        except TxnTableError as e:
+            j.log(e="end", txn=txn, outcome="unknown", err=err(e))
+            fenced = isinstance(e, ProducerFencedError)
+            close_quietly(producer, j)
+            if fenced and cfg.get("exit_when_fenced"):
+                j.log(e="exit", why="fenced")
+                return
+            producer = new_txn_producer(wh, cfg, j)
+        except Exception as e:
+            j.log(e="end", txn=txn, outcome="unknown", err=err(e))
+            untyped(j, "txn", e)
+            close_quietly(producer, j)
+            producer = new_txn_producer(wh, cfg, j)
+    close_quietly(producer, j)
+    j.log(e="exit", why="stop")
+
+
+# --- idempotent producer --------------------------------------------------------------------
+
+
+def idem_worker(cfg: dict[str, Any], j: Journal) -> None:
+    rng = random.Random(cfg["seed"])
+    wh = open_warehouse(cfg, j)
+    producer = Producer(wh, linger_ms=5, delivery_timeout_ms=20_000, auto_maintenance=False)
+    n = 0
+    while not stopping(cfg):
+        pending = []
+        for _ in range(rng.randint(1, 5)):
+            v = f"i{cfg['slot']}.{cfg['inc']}.{n}"
+            n += 1
+            table = rng.choice(sorted(TABLES))
+            part = rng.randrange(TABLES[table])
+            j.log(e="isend", v=v, t=table, p=part)
+            try:
+                if rng.random() < 0.3:
+                    data = pa.table({"key": [v.encode()], "value": [v.encode()]})
+                    fut = producer.send_batch(table, data, partition=part)
+                    pending.append((v, table, part, fut, True))
+                else:
+                    fut = producer.send(table, key=v.encode(), value=v.encode(), partition=part)
+                    pending.append((v, table, part, fut, False))
+            except TxnTableError as e:
+                j.log(e="ierr", v=v, err=err(e))
+        for v, table, part, fut, batch in pending:
+            try:
+                res = fut.result(timeout=60)
+                off = int(res.offsets[0]) if batch else res.offset
+                j.log(e="iack", v=v, t=table, p=part, o=off)
+            except TxnTableError as e:
+                j.log(e="ierr", v=v, err=err(e))
+            except Exception as e:
+                j.log(e="ierr", v=v, err=err(e))
+                untyped(j, "idem", e)
+        time.sleep(rng.uniform(0, 0.05))
+    close_quietly(producer, j)
+    j.log(e="exit", why="stop")
+
+
+# --- consume-transform-produce --------------------------------------------------------------
+
+
+def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
+    wh = open_warehouse(cfg, j, rate=0.5)
+    cfg = {**cfg, "tid": "ctp-worker"}
+    tps = [TopicPartition("t0", p) for p in range(TABLES["t0"])]
+
+    def new_consumer() -> Consumer:
+        while True:
+            try:
+                c = Consumer(
+                    wh,
+                    isolation_level="read_committed",
+                    group_id=CTP_GROUP,
+                    auto_offset_reset="earliest",
+                    unstable_offset_timeout_ms=20_000,
+                )
+                c.assign(tps)
+                for tp in tps:
+                    c.position(tp)  # resolves the committed offset now
+                return c
+            except (TxnTableError, UnstableOffsetCommitError) as e:
+                j.log(e="cerr", err=err(e))
+                if stopping(cfg):
+                    raise
+                time.sleep(0.2)
+
+    producer = new_txn_producer(wh, cfg, j)
+    consumer = new_consumer()
+    n = 0
+    while not stopping(cfg):
+        txn = f"ctp.{cfg['inc']}.{n}"
+        n += 1
+        try:
+            got = consumer.poll(max_records=20, timeout_ms=100)
+            if not got:
+                time.sleep(0.1)
+                continue
+            j.log(e="begin", txn=txn)
+            producer.begin_transaction()
+            offsets = {}
+            for tp, records in got.items():
+                for r in records:
+                    assert r.value is not None
+                    out = f"ctp|{tp.partition}|{r.offset}|{r.value.decode()}".encode()
+                    producer.send(CTP_TABLE, key=out, value=out, partition=tp.partition)
+                offsets[tp] = OffsetAndMetadata(consumer.position(tp), txn)
+            producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            j.log(e="deciding", txn=txn, d="commit")
+            producer.commit_transaction()
+            j.log(e="end", txn=txn, outcome="commit")
+        except TxnTableError as e:
+            j.log(e="end", txn=txn, outcome="unknown", err=err(e))
+            close_quietly(producer, j)
+            consumer.close()
+            producer = new_txn_producer(wh, cfg, j)
+            consumer = new_consumer()  # back to the committed offsets
+        except Exception as e:
+            untyped(j, "ctp", e)
+            raise
+    close_quietly(producer, j)
+    j.log(e="exit", why="stop")
+
+
+# --- read_committed consumer and describe() sampler -----------------------------------------
+
+
+def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
+    wh = open_warehouse(cfg, j, rate=0.5)
+    tables = {**TABLES, CTP_TABLE: CTP_PARTITIONS}
+    tps = [TopicPartition(t, p) for t, n in sorted(tables.items()) for p in range(n)]
+    c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
+    c.assign(tps)
+    arrow = False
+    last_describe = 0.0
+    while not stopping(cfg):
+        arrow = not arrow
+        try:
+            seen: list[list[Any]] = []
+            if arrow:
+                for tp, tbl in c.poll_arrow(timeout_ms=100, max_records=500).items():
+                    offs = tbl.column("offset").to_pylist()
+                    vals = tbl.column("value").to_pylist()
+                    seen.extend(
+                        [tp.topic, tp.partition, o, v.decode()]
+                        for o, v in zip(offs, vals, strict=True)
+                    )
+            else:
+                for tp, records in c.poll(timeout_ms=100, max_records=500).items():
+                    seen.extend(
+                        [tp.topic, tp.partition, r.offset, r.value.decode()] for r in records
+                    )
+            if seen:
+                j.log(e="seen", arrow=arrow, recs=seen)
+            else:
+                time.sleep(0.1)
+        except TxnTableError as e:
+            j.log(e="rerr", err=err(e))
+            time.sleep(0.1)  # storage down: retry as a Kafka consumer would, not in a spin
+        except Exception as e:
+            untyped(j, "poll", e)
+        if time.time() - last_describe > 1.0:
+            last_describe = time.time()
+            for t in sorted(tables):
+                try:
+                    d = wh.table(t).describe()
+                    parts = [
+                        [p.log_start_offset, p.last_stable_offset, p.high_watermark]
+                        for p in d.partitions
+                    ]
+                    j.log(e="desc", t=t, v=d.version, parts=parts)
+                except TxnTableError as e:
+                    j.log(e="rerr", err=err(e))
+                except Exception as e:
+                    untyped(j, "describe", e)
+    c.close()
+    j.log(e="exit", why="stop")
+
+
+# --- maintenance and recovery ---------------------------------------------------------------
+
+
+def maint_worker(cfg: dict[str, Any], j: Journal) -> None:
+    rng = random.Random(cfg["seed"])
+    wh = open_warehouse(cfg, j, rate=0.5)
+    while not stopping(cfg):
+        time.sleep(rng.uniform(0.2, 1.0))
+        what = rng.choice(
+            ["optimize", "optimize_small", "compact", "delete", "checkpoint", "recover"]
+        )
+        table = rng.choice([*sorted(TABLES), CTP_TABLE])
+        try:
+            t = wh.table(table)
+            if what == "optimize":
+                r = t.optimize()
+                j.log(e="maint", what=what, t=table, segments=r.segments_written)
+            elif what == "optimize_small":
+                r = t.optimize(target_bytes=rng.choice([200, 2000, 8000]))
+                j.log(e="maint", what=what, t=table, segments=r.segments_written)
+            elif what == "compact":
+                # Every key is unique: compaction must keep every committed record.
+                r = t.compact()
+                j.log(e="maint", what=what, t=table, segments=r.segments_written)
+            elif what == "delete":
+                table = DELETE_TABLE
+                delete_some(wh, j, rng)
+            elif what == "checkpoint":
+                t.checkpoint()
+                j.log(e="maint", what=what, t=table)
+            else:
+                rep = wh.recover(timeout_ms=10_000)
+                j.log(e="maint", what=what, report=repr(rep)[:300])
+        except TxnTableError as e:
+            j.log(e="merr", what=what, t=table, err=err(e))
+        except Exception as e:
+            untyped(j, what, e)
+    j.log(e="exit", why="stop")
+
+
+def delete_some(wh: Warehouse, j: Journal, rng: random.Random) -> None:
+    """Move a partition of the delete table's log start forward, journaling what goes first.
+
+    The records below the new log start (read_committed, from one pinned snapshot) are
+    journaled before the call, so the checker still knows every committed record.
+    """
+    t = wh.table(DELETE_TABLE)
+    snap = t.snapshot()
+    p = rng.randrange(TABLES[DELETE_TABLE])
+    part = snap.partition(p)
+    start, lso = part.log_start_offset, part.last_stable_offset
+    if lso <= start:
+        return
+    upto = rng.randint(start, start + (lso - start) // 2)
+    scan = t.scan(
+        starting_offsets={p: start},
+        ending_offsets={p: upto},
+        partitions=[p],
+        version=snap.version,
+    ).to_arrow()
+    recs = [
+        [DELETE_TABLE, p, o, v.decode()]
+        for o, v in zip(scan["offset"].to_pylist(), scan["value"].to_pylist(), strict=True)
+    ]
+    j.log(e="deleting", t=DELETE_TABLE, p=p, upto=upto, recs=recs)
+    t.delete_records({p: upto})
+    j.log(e="maint", what="delete", t=DELETE_TABLE, p=p, upto=upto)
+
+
+ROLES = {
+    "txn": txn_worker,
+    "idem": idem_worker,
+    "ctp": ctp_worker,
+    "consumer": consumer_worker,
+    "maint": maint_worker,
+}
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    j = Journal(cfg["journal"])
+    j.log(e="start", role=cfg["role"], pid=os.getpid(), inc=cfg.get("inc", 0))
+    try:
+        ROLES[cfg["role"]](cfg, j)
+    except TxnTableError as e:
+        j.log(e="exit", why="error", err=err(e))
+        return 3
+    except Exception as e:
+        untyped(j, "main", e)
+        j.log(e="exit", why="untyped", err=err(e))
+        return 4
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

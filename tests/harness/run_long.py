@@ -1,0 +1,104 @@
+"""The exactly-once harness, long mode: ``python tests/harness/run_long.py [options]``.
+
+Runs the workload of :mod:`eo_driver` for ``--minutes`` on local disk (``--store local``,
+under ``--workdir``, default a fresh ``/tmp/harness-*``) or on a moto S3 server started
+here (``--store s3``; its conditional puts serialised, as moto's are not atomic), prints
+the checker's summary as JSON and exits 1 if it found any anomaly. The work directory is
+deleted afterwards unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from eo_driver import HarnessConfig, run  # noqa: E402
+
+
+def start_spark() -> Any:
+    """A local SparkSession with the txntable source (as the Spark tests build it)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import txntable_spark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("txntable-harness")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    txntable_spark.register(session)
+    return session
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", choices=["local", "s3"], default="local")
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--txn-workers", type=int, default=4)
+    ap.add_argument("--idem-workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--spark", action="store_true", help="the Spark source reads the tables too")
+    args = ap.parse_args()
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="harness-", dir="/tmp"))
+    server = None
+    spark = None
+    try:
+        if args.spark:
+            spark = start_spark()
+        if args.store == "s3":
+            from conftest import _AWS_TEST_ENV
+            from moto.server import ThreadedMotoServer
+            from storeutil import create_bucket, make_moto_conditional_puts_atomic, s3_options
+
+            os.environ.update(_AWS_TEST_ENV)
+            make_moto_conditional_puts_atomic()
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            host, port = server.get_host_and_port()
+            endpoint = f"http://{host}:{port}"
+            url, options = f"s3://{create_bucket(endpoint)}/wh", s3_options(endpoint)
+        else:
+            url, options = str(workdir / "wh"), {}
+        cfg = HarnessConfig(
+            url=url,
+            options=options,
+            workdir=workdir,
+            duration_s=args.minutes * 60,
+            txn_workers=args.txn_workers,
+            idem_workers=args.idem_workers,
+            seed=args.seed,
+            spark=spark,
+        )
+        report = run(cfg)
+        print(json.dumps({"store": args.store, **report.summary()}, indent=2))
+        return 0 if report.ok else 1
+    finally:
+        if spark is not None:
+            spark.stop()
+        if server is not None:
+            server.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
