@@ -61,9 +61,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import pyarrow as pa
+
 from txntable.errors import InvalidConfigurationError
 from txntable.names import validate_table_name
 from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
+from txntable.schema import TypedLayout
 from txntable.storage import check_storage_options
 
 __all__ = [
@@ -102,6 +105,7 @@ READ_OPTIONS = frozenset(
         "minPartitions",
         "includeHeaders",
         "finishStuckTransactions",
+        "columns",
     }
 )
 #: Spark's Kafka-source time-based positions (and Delta's time travel by timestamp).
@@ -112,7 +116,7 @@ BATCH_READ_OPTIONS = (
     READ_OPTIONS
     | STARTING_TIME_OPTIONS
     | {"endingOffsets", "versionAsOf", "endingTimestamp", "endingOffsetsByTimestamp"}
-    | {"timestampAsOf"}
+    | {"timestampAsOf", "pushFilters"}
 )
 STREAM_READ_OPTIONS = READ_OPTIONS | STARTING_TIME_OPTIONS | {
     "maxOffsetsPerTrigger",
@@ -120,7 +124,7 @@ STREAM_READ_OPTIONS = READ_OPTIONS | STARTING_TIME_OPTIONS | {
     "maxTriggerDelay",
     "maxFilesPerTrigger",
 }
-WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment"})
+WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment", "mergeSchema"})
 BATCH_WRITE_OPTIONS = WRITE_OPTIONS | {"txnVersion"}
 #: ``checkpointLocation`` and ``queryName`` are set by Spark itself.
 STREAM_WRITE_OPTIONS = WRITE_OPTIONS | {"checkpointLocation", "queryName"}
@@ -188,6 +192,14 @@ class ReadOptions:
     starting_timestamp_strategy: str = "error"
     #: ``timestampAsOf`` (Delta): read the last version committed at or before this (ms).
     timestamp_as_of: int | None = None
+    #: Typed tables: the columns to read (``columns`` option or a user-given schema);
+    #: ``None``: all.
+    columns: tuple[str, ...] | None = None
+    #: Typed tables: the layout the read was planned with (set by the source once it has
+    #: loaded the table; ``None``: Kafka's record).
+    layout: TypedLayout | None = None
+    #: Typed tables: the exact Arrow schema of the batches Spark expects.
+    arrow_schema: pa.Schema | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -204,6 +216,8 @@ class WriteOptions:
     max_bytes_per_segment: int = DEFAULT_MAX_BYTES_PER_SEGMENT
     #: Batch writes: Delta's ``txnVersion`` (with ``txn_app_id``).
     txn_version: int | None = None
+    #: Typed tables: evolve the table's schema to hold the DataFrame's columns.
+    merge_schema: bool = False
 
 
 def check_option_names(options: Mapping[str, str], accepted: frozenset[str], what: str) -> None:
@@ -572,7 +586,25 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         ),
         starting_timestamp_strategy=strategy,
         timestamp_as_of=timestamp_as_of,
+        columns=parse_columns(options),
     )
+
+
+def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The ``columns`` option: comma-separated column names of a typed table.
+
+    Raises:
+        InvalidConfigurationError: Empty, or a name twice.
+    """
+    raw = _get(options, "columns")
+    if raw is None:
+        return None
+    names = tuple(n.strip() for n in raw.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise InvalidConfigurationError(
+            f"columns must be distinct comma-separated names, not {raw!r}"
+        )
+    return names
 
 
 def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
@@ -598,4 +630,4 @@ def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> 
         raise InvalidConfigurationError(
             "an idempotent batch write needs both txnAppId and txnVersion"
         )
-    return WriteOptions(location, app_id, seg, version)
+    return WriteOptions(location, app_id, seg, version, parse_bool(options, "mergeSchema", False))

@@ -235,7 +235,7 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.opts.max_bytes_per_partition,
             self.opts.min_partitions,
         )
-        return [ScanPartition(self.opts.location, g, self.opts.include_headers) for g in groups]
+        return [ScanPartition.of(self.opts, g) for g in groups]
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the log is immutable and reads hold no resources."""
