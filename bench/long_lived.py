@@ -25,8 +25,12 @@ snapshot()`` on a fresh handle), first poll (a fresh read_committed consumer's f
 ``poll``), Spark planning (a fresh ``spark.read...load(path)`` until its number of input
 partitions is known, i.e. the driver loads the snapshot and plans), and
 ``deltalake.DeltaTable(path)``; then ``Table.optimize()`` (which also checkpoints) and the
-txntable numbers again. Goals (issue 10): after optimize, load at 100,000 versions <= 2x load
-at 100 and <= delta-rs at 100,000; Spark planning <= 1 s at 100,000.
+txntable numbers again; then log cleanup (``maintenance.clean_log``) run with the clock one
+retention window (``version.retention.ms`` + 1 day) later, as a week of maintenance would,
+reporting how many ``_log`` files it deleted and the load after it. Goals (issue 10):
+after optimize, load at 100,000 versions <= 2x load at 100 and <= delta-rs at 100,000;
+Spark planning <= 1 s at 100,000. Each version count's tables are deleted once measured
+(``--keep`` keeps them).
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ from txntable.actions import (
     Marker,
     encode_actions,
 )
-from txntable.log import Log, checkpoint_due
+from txntable.config import VERSION_RETENTION_MS_DEFAULT
+from txntable.log import Log, checkpoint_due, now_ms
+from txntable.maintenance import clean_log
 from txntable.records import ProducerRecord, encode_segment
 
 PARTITIONS = 4
@@ -204,6 +210,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the tables of each count")
     args = ap.parse_args()
     counts = [int(x) for x in args.versions.split(",")]
     work = Path(args.dir or tempfile.mkdtemp(prefix="txntable-long-lived-"))
@@ -231,11 +238,18 @@ def main() -> None:
             report = Warehouse(url).table("t").optimize()
             opt = time.perf_counter() - t
             after = median_of_rounds({k: v for k, v in fns.items() if k != "delta"}, args.rounds)
+            log_files = len(os.listdir(root / "wh" / "t" / "_log"))
+            later = now_ms() + VERSION_RETENTION_MS_DEFAULT + 86_400_000
+            cleaned = clean_log(Warehouse(url).table("t"), now=later)
+            cleaned_load = median_of_rounds({"load": fns["load"]}, args.rounds)["load"]
             results[n] = {
                 **{f"{k}_before": v for k, v in before.items()},
                 **{f"{k}_after": v for k, v in after.items()},
                 "optimize": opt,
                 "replaced": report.entries_replaced,
+                "log_files": log_files,
+                "log_deleted": cleaned.versions_deleted + cleaned.checkpoints_deleted,
+                "load_cleaned": cleaned_load,
             }
             r = results[n]
             line = f"{n:>7} versions | load {_ms(r, 'load')} | first poll {_ms(r, 'poll')}"
@@ -243,7 +257,11 @@ def main() -> None:
                 line += f" | spark plan {_ms(r, 'spark')}"
             line += f" | delta-rs load {r['delta_before'] * 1000:8.1f} ms"
             line += f" | optimize {opt:6.1f} s ({report.entries_replaced} entries)"
+            line += (f" | log cleanup a week later: {r['log_deleted']} of {log_files} _log files"
+                     f" deleted, load {cleaned_load * 1000:.1f} ms")
             print(line, flush=True)
+            if not args.keep:
+                shutil.rmtree(root, ignore_errors=True)
         lo, hi = min(counts), max(counts)
         if lo != hi:
             a, b = results[lo], results[hi]

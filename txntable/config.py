@@ -104,6 +104,14 @@ FETCH_BACKOFF_MS_DEFAULT = 20
 AUTO_COMMIT_INTERVAL_MS_DEFAULT = 5000
 #: Kafka's ``fetch.max.bytes``: segment bytes a consumer fetches ahead of its positions.
 FETCH_MAX_BYTES_DEFAULT = 52_428_800
+#: Kafka's group membership defaults (``session.timeout.ms`` since 3.0,
+#: ``heartbeat.interval.ms``, ``max.poll.interval.ms``, ``partition.assignment.strategy``).
+SESSION_TIMEOUT_MS_DEFAULT = 45_000
+HEARTBEAT_INTERVAL_MS_DEFAULT = 3_000
+MAX_POLL_INTERVAL_MS_DEFAULT = 300_000
+PARTITION_ASSIGNMENT_STRATEGY_DEFAULT: tuple[str, ...] = ("range", "cooperative-sticky")
+#: Kafka's ``metadata.max.age.ms``: how often a pattern subscription looks for new tables.
+METADATA_MAX_AGE_MS_DEFAULT = 300_000
 
 # --- readers (Consumer, Table.scan) -------------------------------------------------------
 
@@ -188,6 +196,13 @@ def optional(validator: Validator) -> Validator:
     return check
 
 
+def assignment_strategy(name: str, value: object) -> object:
+    """An assignor name or a non-empty list of them (``range``, ``cooperative-sticky``)."""
+    from txntable.assignors import check_strategies
+
+    return check_strategies(value)
+
+
 def validate_arguments(rows: Mapping[str, Validator], values: Mapping[str, object]) -> None:
     """Check every argument named in ``rows`` (a constructor passes its ``locals()``).
 
@@ -224,6 +239,13 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "group_generation": int_at_least(-1),
     "unstable_offset_timeout_ms": int_at_least(0),
     "fetch_max_bytes": int_at_least(1),
+    "client_id": non_empty_string,
+    "group_instance_id": optional(legal_id),
+    "session_timeout_ms": int_at_least(1),
+    "heartbeat_interval_ms": int_at_least(1),
+    "max_poll_interval_ms": int_at_least(1),
+    "partition_assignment_strategy": assignment_strategy,
+    "metadata_max_age_ms": int_at_least(0),
 }
 
 #: ``Table.scan`` arguments (offsets and partitions are checked by the planning).

@@ -8,21 +8,26 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 
 import numpy as np
 import pyarrow as pa
 
 from txntable import config
+from txntable.assignors import check_strategies
 from txntable.errors import (
+    CommitFailedError,
+    IllegalGenerationError,
     IllegalStateError,
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    TxnTableError,
     UnstableOffsetCommitError,
 )
 from txntable.groups import (
@@ -33,6 +38,7 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
+from txntable.log import now_ms
 from txntable.planning import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -49,8 +55,12 @@ from txntable.records import (
     check_topic_partitions,
     rows_to_records,
 )
+from txntable.schema import TypedLayout, layout_of
 from txntable.snapshot import PartitionState
+from txntable.subscription import ConsumerRebalanceListener, Subscription
 from txntable.table import Table
+from txntable.timestamps import OffsetAndTimestamp, offset_for_time
+from txntable.typed import rows_to_dict_records
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -100,6 +110,15 @@ class Consumer:
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
         fetch_max_bytes: int = config.FETCH_MAX_BYTES_DEFAULT,
+        client_id: str = "txntable-consumer",
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = config.SESSION_TIMEOUT_MS_DEFAULT,
+        heartbeat_interval_ms: int = config.HEARTBEAT_INTERVAL_MS_DEFAULT,
+        max_poll_interval_ms: int = config.MAX_POLL_INTERVAL_MS_DEFAULT,
+        partition_assignment_strategy: str | Sequence[str] = (
+            config.PARTITION_ASSIGNMENT_STRATEGY_DEFAULT
+        ),
+        metadata_max_age_ms: int = config.METADATA_MAX_AGE_MS_DEFAULT,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
@@ -126,6 +145,18 @@ class Consumer:
         self._group: Table | None = None
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
         self._async_lock = threading.Lock()
+        self.client_id = client_id
+        self.group_instance_id = group_instance_id
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.partition_assignment_strategy = check_strategies(partition_assignment_strategy)
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._subscription: Subscription | None = None
+        self._paused: set[TopicPartition] = set()
+        #: Newly assigned partitions whose committed offset is still unstable (KIP-447).
+        self._awaiting: set[TopicPartition] = set()
+        self._next_stuck_check = 0.0
 
     # --- assignment and positions ----------------------------------------------------------
 
@@ -153,8 +184,14 @@ class Consumer:
             raise IllegalStateError("consumer is closed")
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions (replaces the previous assignment)."""
+        """Consume exactly these partitions (replaces the previous assignment).
+
+        Raises:
+            IllegalStateError: The consumer is subscribed (Kafka's rule: one or the other).
+        """
         self._check_open()
+        if self._subscription is not None:
+            raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
         tps = list(dict.fromkeys(check_topic_partitions(partitions)))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
@@ -165,8 +202,170 @@ class Consumer:
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
 
     def assignment(self) -> set[TopicPartition]:
-        """The assigned partitions."""
+        """The assigned partitions (of the group, when subscribed)."""
         return set(self._assignment)
+
+    # --- subscription (group membership) --------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        pattern: str | re.Pattern[str] | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the group and consume the partitions it assigns to this consumer.
+
+        The group is joined at the next :meth:`poll`; partitions are assigned and revoked
+        at polls, with ``listener``'s callbacks (``spec/PROTOCOL.md#member-procedure``).
+
+        Args:
+            topics: Tables to read, or ``None`` with ``pattern``.
+            pattern: A regular expression matched (fully) against the warehouse's tables,
+                again every ``metadata_max_age_ms``.
+            listener: Rebalance callbacks.
+
+        Raises:
+            IllegalStateError: No ``group_id``, or partitions were ``assign``ed.
+            InvalidArgumentTypeError: Neither or both of ``topics`` and ``pattern``.
+        """
+        self._check_open()
+        if self.group_id is None:
+            raise IllegalStateError("subscribe() needs a group_id")
+        if self._subscription is None and self._assignment:
+            raise IllegalStateError("subscribe() after assign(): call unsubscribe() first")
+        if (topics is None) == (pattern is None):
+            raise InvalidArgumentTypeError("subscribe() takes topics or a pattern, not both")
+        names: frozenset[str] | None = None
+        regex: re.Pattern[str] | None = None
+        if topics is not None:
+            if isinstance(topics, str):
+                topics = [topics]
+            names = frozenset(topics)
+            if not names or not all(isinstance(t, str) for t in names):
+                raise InvalidArgumentTypeError("topics must be a non-empty list of table names")
+        else:
+            regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+            if not isinstance(regex, re.Pattern):
+                raise InvalidArgumentTypeError("pattern must be a str or a compiled regex")
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            raise InvalidArgumentTypeError("listener must be a ConsumerRebalanceListener")
+        previous = self._subscription
+        sub = Subscription(self, names, regex, listener or ConsumerRebalanceListener())
+        if previous is not None:
+            # Same member, new subscription: it re-joins at the next poll.
+            sub.member_id, sub.generation, sub.owned = (
+                previous.member_id,
+                previous.generation,
+                previous.owned,
+            )
+            previous.stop_heartbeat()
+            if sub.member_id is not None:
+                sub.join_again()
+                sub._start_heartbeat()
+        self._subscription = sub
+
+    def subscription(self) -> set[str]:
+        """The subscribed tables (a pattern's current matches)."""
+        sub = self._subscription
+        if sub is None:
+            return set()
+        return set(sub.topics if sub.topics is not None else sub.subscribed)
+
+    def unsubscribe(self) -> None:
+        """Leave the group (revoking every partition, committing if auto-commit is on)."""
+        sub = self._subscription
+        if sub is not None:
+            sub.leave(self._auto_commit_all if self.enable_auto_commit else None)
+        self._subscription = None
+        self._assignment = []
+        self._positions = {}
+        self._paused.clear()
+        self._awaiting.clear()
+
+    def _auto_commit_all(self) -> None:
+        self.commit()
+
+    def _set_group_assignment(
+        self, partitions: set[TopicPartition], gained: set[TopicPartition]
+    ) -> None:
+        """Install the group's assignment; ``gained`` start again from the committed offset."""
+        for tp in self._assignment:
+            if tp not in partitions or tp in gained:
+                self._forget_read_ahead(tp)
+        self._assignment = sorted(partitions)
+        self._positions = {
+            tp: pos for tp, pos in self._positions.items() if tp in partitions and tp not in gained
+        }
+        self._paused &= partitions
+        self._awaiting = (self._awaiting & partitions) | gained
+
+    def _positions_of(
+        self, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {tp: OffsetAndMetadata(self._positions[tp]) for tp in tps if tp in self._positions}
+
+    def _resolve_awaiting(self) -> None:
+        """Give newly assigned partitions their starting position once it is stable."""
+        for tp in sorted(self._awaiting):
+            try:
+                self._reset(tp)
+            except UnstableOffsetCommitError:
+                self._finish_pending_offset_transactions()
+                continue
+            self._awaiting.discard(tp)
+
+    def _finish_pending_offset_transactions(self) -> None:
+        """Abort the expired transactions whose offset commits keep a partition unstable.
+
+        The previous owner of a partition may have died inside a transaction that committed
+        offsets; as the group log's next writer, the new owner aborts it once it timed out
+        (rate-limited: one sweep per second while waiting).
+        """
+        if time.monotonic() < self._next_stuck_check:
+            return
+        self._next_stuck_check = time.monotonic() + 1.0
+        from txntable.coordinator import TransactionCoordinator
+        from txntable.groups import group_root
+        from txntable.recovery import finish_if_stuck
+
+        table = self._group_table(create=False)
+        if table is None:
+            return
+        pending = set(table.snapshot().pending_offsets)
+        if not pending:
+            return
+        coordinator = TransactionCoordinator(self.warehouse.store)
+        name = group_root(self.group_id or "")
+        for tid in coordinator.transactional_ids():
+            loaded = coordinator.load(tid)
+            if loaded is None or name not in loaded[0].partitions:
+                continue
+            if loaded[0].producer_id in pending:
+                try:
+                    finish_if_stuck(coordinator, tid, now_ms(), None)
+                except TxnTableError:
+                    pass  # another client finished it first, or storage trouble: next sweep
+
+    # --- pause / resume --------------------------------------------------------------------
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop returning records of these assigned partitions (positions are kept)."""
+        self._paused.update(self._targets(check_topic_partitions(partitions)))
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        """Return records of these paused partitions again."""
+        for tp in check_topic_partitions(partitions):
+            self._paused.discard(tp)
+
+    def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
+        return set(self._paused)
+
+    def _fetchable(self) -> list[TopicPartition]:
+        if not self._paused and not self._awaiting:
+            return self._assignment
+        skip = self._paused | self._awaiting
+        return [tp for tp in self._assignment if tp not in skip]
 
     def _targets(self, partitions: Iterable[TopicPartition] | None) -> list[TopicPartition]:
         tps = self._assignment if partitions is None else check_topic_partitions(partitions)
@@ -228,6 +427,36 @@ class Consumer:
         tps = check_topic_partitions(partitions)
         return {tp: self._end(self._partition(tp, refresh=True)) for tp in tps}
 
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the first offset whose record timestamp is ``>= timestamps[tp]``.
+
+        Kafka's ``offsetsForTimes``: records visible at this consumer's isolation level
+        count (read_committed: below the LSO, aborted ones skipped); ``None`` where no
+        record is that recent. Batches are skipped by their timestamp bounds in the log;
+        at most one segment per partition is read (see :mod:`txntable.timestamps`).
+
+        Raises:
+            InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to an int.
+            InvalidOffsetError: A negative timestamp.
+        """
+        if not isinstance(timestamps, Mapping):
+            raise InvalidArgumentTypeError("timestamps must be a dict of TopicPartition to int")
+        for tp, ts in timestamps.items():
+            check_topic_partition(tp)
+            if not config.is_int(ts):
+                raise InvalidArgumentTypeError(f"timestamp for {tp} must be an int, not {ts!r:.40}")
+            if ts < 0:
+                raise InvalidOffsetError(f"timestamp for {tp} must be >= 0, got {ts}")
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            table = self._table(tp.topic)
+            self._refresh(table)
+            snap = table.snapshot(refresh=False)
+            out[tp] = offset_for_time(table, snap, tp.partition, ts, self.isolation_level)
+        return out
+
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log start offset per partition."""
         tps = check_topic_partitions(partitions)
@@ -249,10 +478,16 @@ class Consumer:
                 is ``none``.
             MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
-        return {
-            tp: rows_to_records(rows, offsets.tolist(), tp.topic, tp.partition)
-            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
-        }
+        out = {}
+        for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
+            layout = self._layout(tp)
+            if layout is None:
+                out[tp] = rows_to_records(rows, offsets.tolist(), tp.topic, tp.partition)
+            else:  # a typed table: value is a dict of the user's columns
+                out[tp] = rows_to_dict_records(
+                    rows, offsets.tolist(), tp.topic, tp.partition, layout
+                )
+        return out
 
     def poll_arrow(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -260,17 +495,28 @@ class Consumer:
         """:meth:`poll`, with each partition's records as one Arrow table.
 
         The tables have the columns of ``Table.scan`` (key, value, topic, partition,
-        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`). Positions move
+        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`; a typed table's
+        columns, then partition, offset and timestamp). Positions move
         exactly as :meth:`poll` moves them, past markers and aborted batches included.
 
         Raises:
             OffsetOutOfRangeError: As :meth:`poll`.
             MissingSegmentError: As :meth:`poll`.
         """
-        return {
-            tp: to_output(rows, offsets, tp.partition, tp.topic)
-            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
-        }
+        out = {}
+        for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
+            layout = self._layout(tp)
+            if layout is None:
+                out[tp] = to_output(rows, offsets, tp.partition, tp.topic)
+            else:
+                out[tp] = layout.output(rows, offsets, tp.partition)
+        return out
+
+    def _layout(self, tp: Hashable) -> TypedLayout | None:
+        """The layout of a typed table's partition at the handle's snapshot (``None``:
+        Kafka's record)."""
+        assert isinstance(tp, TopicPartition)
+        return layout_of(self._table(tp.topic).snapshot(refresh=False).metadata)
 
     def _poll(self, timeout_ms: int, max_records: int | None) -> dict[TopicPartition, Fetched]:
         self._check_open()
@@ -283,11 +529,14 @@ class Consumer:
             assert isinstance(value, int)
             if value < minimum:
                 raise InvalidConfigurationError(f"{name} must be >= {minimum}, got {value}")
+        if self._subscription is not None:
+            self._subscription.poll()
+            self._resolve_awaiting()
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            for table in {tp.topic for tp in self._assignment}:
+            for table in {tp.topic for tp in self._fetchable()}:
                 self._refresh(self._table(table))
             out = self._fetch(limit)
             if out or time.monotonic() >= deadline:
@@ -297,10 +546,11 @@ class Consumer:
     def _fetch(self, limit: int) -> dict[TopicPartition, Fetched]:
         # Start each poll one partition further (Kafka rotates fetch order too), so a
         # busy partition cannot starve the others when max_records is reached.
-        n = len(self._assignment)
+        fetchable = self._fetchable()
+        n = len(fetchable)
         start = self._next_start % n if n else 0
         self._next_start = start + 1
-        order = self._assignment[start:] + self._assignment[:start]
+        order = fetchable[start:] + fetchable[:start]
         committed = self.isolation_level == READ_COMMITTED
         # Enough read-ahead per partition to keep every fetch thread busy.
         lookahead = max(1, -(-2 * config.READ_WORKERS_DEFAULT // max(n, 1)))
@@ -380,7 +630,9 @@ class Consumer:
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:
             reader = SegmentReader(self.warehouse.store)
-            self._cache = SegmentCache(reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT)
+            self._cache = SegmentCache(
+                reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT, self._layout
+            )
         return self._cache
 
     def _forget_read_ahead(self, tp: TopicPartition) -> None:
@@ -397,9 +649,16 @@ class Consumer:
         return self._group
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        """What ``Producer.send_offsets_to_transaction`` needs to commit for this group."""
+        """What ``Producer.send_offsets_to_transaction`` needs to commit for this group.
+
+        When subscribed, the member's generation and id: a transactional commit of a
+        member that a newer generation replaced is refused (KIP-447).
+        """
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
+        sub = self._subscription
+        if sub is not None:
+            return ConsumerGroupMetadata(self.group_id, sub.generation, sub.member_id or "")
         return ConsumerGroupMetadata(self.group_id, self.group_generation)
 
     def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
@@ -427,7 +686,9 @@ class Consumer:
 
         Raises:
             OffsetMetadataTooLargeError: Metadata over the group's limit.
-            IllegalGenerationError: This consumer's generation is older than the group's.
+            IllegalGenerationError: This consumer's generation is older than the group's
+                (a ``CommitFailedError``): when subscribed, a newer generation took some of
+                the partitions away (one in which it still owns them all is retried).
         """
         self._check_open()
         if offsets is None:
@@ -435,9 +696,33 @@ class Consumer:
         offsets = check_offsets(offsets)
         if not offsets:
             return
+        sub = self._subscription
+        if sub is None:
+            self._commit_generation(offsets, self.group_generation)
+            return
+        if sub.member_id is None or sub.generation < 0:
+            raise CommitFailedError(
+                f"group {self.group_id}: this consumer is not a member of the group now (its "
+                "partitions were lost or it has not joined yet); poll() to join"
+            )
+        generation = sub.generation
+        for _ in range(5):
+            try:
+                self._commit_generation(offsets, generation)
+                return
+            except IllegalGenerationError:
+                newer = sub.newer_generation_owning(set(offsets))
+                if newer is None:
+                    raise
+                generation = newer
+        self._commit_generation(offsets, generation)
+
+    def _commit_generation(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int
+    ) -> None:
         table = self._group_table()
         assert table is not None
-        group, generation = self.group_id or "", self.group_generation
+        group = self.group_id or ""
         table.commit(lambda s: plan_offset_commit(s, group, offsets, generation))
 
     def commit_async(
@@ -478,7 +763,11 @@ class Consumer:
         """Release the consumer (committing positions if auto-commit is on)."""
         if self._closed:
             return
-        if self.enable_auto_commit and self._positions:
+        sub = self._subscription
+        if sub is not None:
+            sub.leave(self._auto_commit_all if self.enable_auto_commit else None)
+            self._subscription = None
+        elif self.enable_auto_commit and self._positions:
             self.commit()
         self._closed = True
         if self._cache is not None:

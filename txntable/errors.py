@@ -162,8 +162,25 @@ class UnstableOffsetCommitError(TxnTableError):
     """A transactional offset commit for the partition is pending (KIP-447)."""
 
 
-class IllegalGenerationError(TxnTableError):
-    """An offset commit carries a stale group generation."""
+class CommitFailedError(TxnTableError):
+    """An offset commit was refused because the committer is no longer the partitions'
+    owner in the group (Kafka's ``CommitFailedException``): a rebalance moved on without it."""
+
+
+class IllegalGenerationError(CommitFailedError):
+    """An offset commit or membership request carries a stale group generation."""
+
+
+class UnknownMemberIdError(CommitFailedError):
+    """The member is not (or no longer) in the group: it left or its session expired."""
+
+
+class FencedInstanceIdError(CommitFailedError):
+    """Another process joined with this member's ``group_instance_id`` (KIP-345)."""
+
+
+class InconsistentGroupProtocolError(TxnTableError):
+    """A member's assignors have none in common with the group's members."""
 
 
 class NoOffsetForPartitionError(TxnTableError):

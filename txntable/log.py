@@ -144,6 +144,25 @@ CHECKPOINT_PART_ACTIONS = 50_000
 #: Amortised budget of a commit: entries a checkpoint may re-encode per committed version.
 CHECKPOINT_ENTRIES_PER_VERSION = 100
 
+#: How far above a missing version a cold load on a store without an ordered listing probes
+#: for later versions (at doubling distances: about 40 existence checks).
+TIP_PROBE_SPAN = 1 << 40
+
+
+def tip_probes(tip: int, span: int = TIP_PROBE_SPAN) -> list[int]:
+    """Versions a bounded tip check looks for when ``tip + 1`` is missing (pure).
+
+    ``tip + 1 + 2**k`` for ``k = 0, 1, …`` up to ``span``: if versions ``tip + 1 … tip + h``
+    were deleted and at least ``h - 1`` versions follow them, one of these exists (a power
+    of two lies in every ``[x, 2x]``). A single deleted version is found if any follows it.
+    """
+    out = []
+    step = 1
+    while step <= span:
+        out.append(tip + 1 + step)
+        step *= 2
+    return out
+
 
 def checkpoint_due(version: int, interval: int, num_entries: int) -> bool:
     """Whether the writer of ``version`` writes a checkpoint (pure; every writer agrees).
@@ -185,6 +204,9 @@ class Log:
         #: sure the version its probe stopped at is really the newest (see ``check_tip``).
         self.gap_check_interval_ms = gap_check_interval_ms
         self._gap_checked_at: float | None = None
+        #: When this handle last listed the log above its tip (a full check); a bounded
+        #: probe (:meth:`probe_tip`) counts for readers, not before a write.
+        self._listed_at: float | None = None
         self.stats = CommitStats()
         self.checkpoint_part_actions = CHECKPOINT_PART_ACTIONS
         self._lock = threading.Lock()
@@ -314,7 +336,9 @@ class Log:
 
         A damaged checkpoint is skipped with a warning: checkpoints are derived data and the
         log versions stay the source of truth. Where the tail ends the log is listed once
-        (see :meth:`check_tip`), so a deleted version is never mistaken for the end.
+        (see :meth:`check_tip`), so a deleted version is never mistaken for the end — on a
+        store whose listing reads the whole directory (local disk), a bounded probe
+        (:meth:`probe_tip`) instead, so the load stays O(live state) however long the log.
 
         Raises:
             ObjectNotFoundError: If the log has no version 0 (no such table).
@@ -345,7 +369,10 @@ class Log:
                 self._check_not_truncated(listed, version)
         self._probe(snap, up_to=version)
         if version is None or snap.version < version:
-            self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
+            if listed or self.store.ordered_listing:
+                self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
+            else:
+                self.probe_tip(snap, up_to=version)
         if version is not None and snap.version != version:
             raise self._version_not_found(version, snap.version)
         return snap
@@ -401,10 +428,34 @@ class Log:
             applied += 1
         return applied
 
-    def _gap_check_due(self) -> bool:
-        if self._gap_checked_at is None:
+    def _gap_check_due(self, listed: bool = False) -> bool:
+        """Whether a gap check is due: any check for a reader, a listing (``listed``) for a
+        writer, which must never create a version inside a hole."""
+        last = self._listed_at if listed else self._gap_checked_at
+        if last is None:
             return True
-        return (time.monotonic() - self._gap_checked_at) * 1000 >= self.gap_check_interval_ms
+        return (time.monotonic() - last) * 1000 >= self.gap_check_interval_ms
+
+    def probe_tip(self, snap: TableSnapshot, up_to: int | None = None) -> int:
+        """A cold load's gap check where listing costs O(directory): look, don't list.
+
+        ``snap.version + 1`` was just found missing. Checks the versions of
+        :func:`tip_probes` (about 40 existence checks, whatever the log's length): a later
+        version is evidence of a gap (or of versions committed meanwhile), settled by
+        :meth:`check_tip`'s listing. (A load whose hint was unusable has listed already.)
+        A hole longer than the log after it is not seen here; the handle lists before its
+        first write and once per ``gap_check_interval_ms``.
+
+        Returns:
+            How many versions were applied.
+
+        Raises:
+            CorruptLogError: As :meth:`check_tip`.
+        """
+        if any(self.store.exists(self.version_key(v)) for v in tip_probes(snap.version)):
+            return self.check_tip(snap, up_to)
+        self._gap_checked_at = time.monotonic()
+        return 0
 
     def check_tip(
         self, snap: TableSnapshot, up_to: int | None = None, listing: LogListing | None = None
@@ -423,7 +474,7 @@ class Log:
         """
         if listing is None:
             listing = self.listing(after=snap.version)
-        self._gap_checked_at = time.monotonic()
+        self._gap_checked_at = self._listed_at = time.monotonic()
         gap = find_gap(snap.version, listing)
         if gap is not None and (up_to is None or gap[0] <= up_to):
             missing, proof = gap
@@ -469,7 +520,7 @@ class Log:
         if snap.protocol is not None:
             check_protocol(snap.protocol, write=True)
         for attempt in range(self.max_attempts):
-            if self._gap_check_due():
+            if self._gap_check_due(listed=True):
                 # Never write version N+1 into a hole left by a deleted version (the versions
                 # after it would join the log behind a different N+1).
                 self.check_tip(snap)

@@ -40,8 +40,9 @@ from txntable.retention import (
     plan_expiry,
     plan_retention,
 )
+from txntable.schema import layout_of
 from txntable.snapshot import TableSnapshot
-from txntable.vacuum import first_version_since, new_segment_name
+from txntable.vacuum import first_version_since, new_segment_name, version_time
 
 if TYPE_CHECKING:
     from txntable.table import Table
@@ -162,6 +163,7 @@ def rewrite(
     clock = now_ms() if now is None else now
     snap = table.snapshot()
     cfg = MaintenanceConfig.of(snap)
+    layout = layout_of(snap.metadata)  # a typed table's segments are rewritten in its schema
     target = cfg.segment_bytes if target_bytes is None else target_bytes
     report = RewriteReport()
     outputs = []
@@ -173,7 +175,7 @@ def rewrite(
             continue
         compaction = None
         if compact:
-            latest = latest_offsets(table.store, runs)
+            latest = latest_offsets(table.store, runs, layout)
             compaction = Compaction(latest, clock, cfg.delete_retention_ms)
         for run in runs:
             segment, kept, dropped = rewrite_run(
@@ -182,6 +184,7 @@ def rewrite(
                 part.log_start_offset,
                 lambda p: table.segment_key(p, new_segment_name()),
                 compaction,
+                layout,
             )
             if segment.path:
                 report.written_paths.append(segment.path)
@@ -267,7 +270,10 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     log = table.log
     # Versions before the first one inside the window are older than it (commit timestamps
     # grow with versions, up to clock skew): keep the newest checkpoint among them.
-    first_inside = first_version_since(log, clock - cfg.version_retention_ms, snap.version)
+    cutoff = clock - cfg.version_retention_ms
+    first_inside = first_version_since(log, cutoff, snap.version)
+    if first_inside == snap.version and (version_time(log, snap.version) or 0) < cutoff:
+        first_inside += 1  # even the latest version is outside: its checkpoint qualifies
     listing = log.listing()
     keep: int | None = None
     for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,8 +41,10 @@ from txntable.records import (
     encode_table,
     read_segment,
 )
+from txntable.schema import TypedLayout, fill_required
 from txntable.snapshot import Entry, PartitionState, TableSnapshot, entry_size
 from txntable.storage.base import Store
+from txntable.typed import read_typed
 
 
 @dataclass(frozen=True)
@@ -194,13 +197,21 @@ def upgrade_protocol(snap: TableSnapshot) -> list[Action]:
     ]
 
 
-def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
-    """An entry's records with their offsets (merged-segment schema)."""
+def read_entry(
+    store: Store, entry: Batch | Segment, layout: TypedLayout | None = None
+) -> pa.Table:
+    """An entry's records with their offsets (merged-segment schema; a typed table's
+    (``layout``): its merged-segment schema, older segments cast to the current one)."""
     if isinstance(entry, Segment):
         if entry.count == 0:
-            return MERGED_SEGMENT_SCHEMA.empty_table()
+            return merged_schema(layout).empty_table()
+        if layout is not None:
+            return read_typed(store, entry.path, entry.count, True, layout)
         return read_segment(store, entry.path, entry.count, merged=True)
-    table = read_segment(store, entry.path, entry.count)
+    if layout is not None:
+        table = read_typed(store, entry.path, entry.count, False, layout)
+    else:
+        table = read_segment(store, entry.path, entry.count)
     offsets = pa.array(range(entry.baseOffset, entry.next_offset), pa.int64())
     return table.add_column(0, pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), offsets)
 
@@ -209,41 +220,93 @@ def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
 READ_AHEAD = 8
 
 
-def read_entries(store: Store, entries: Sequence[Batch | Segment]) -> Iterator[pa.Table]:
+def merged_schema(layout: TypedLayout | None) -> pa.Schema:
+    """The schema of a merged segment of the table (typed: of its current schema)."""
+    return MERGED_SEGMENT_SCHEMA if layout is None else layout.merged_segment_schema
+
+
+def record_keys(table: pa.Table, layout: TypedLayout | None) -> pa.ChunkedArray:
+    """The key bytes of read records (typed: from the key columns)."""
+    return table.column("key") if layout is None else layout.keys(table)
+
+
+def read_entries(
+    store: Store, entries: Sequence[Batch | Segment], layout: TypedLayout | None = None
+) -> Iterator[pa.Table]:
     """:func:`read_entry` of each entry, in order, fetched a few at a time in threads."""
     if len(entries) <= 1:
-        yield from (read_entry(store, e) for e in entries)
+        yield from (read_entry(store, e, layout) for e in entries)
         return
     with ThreadPoolExecutor(min(READ_AHEAD, len(entries))) as pool:
-        yield from pool.map(lambda e: read_entry(store, e), entries)
+        yield from pool.map(lambda e: read_entry(store, e, layout), entries)
 
 
 @dataclass
 class Compaction:
-    """What key compaction keeps: the latest offset per key, and the tombstone cutoff."""
+    """What key compaction keeps: the latest offset per key, and the tombstone cutoff.
 
-    latest: dict[bytes, int]
+    ``latest`` holds only offsets (sorted, one per non-null key): whether a record is its
+    key's latest is whether its offset is in it, so the rewrite never looks keys up.
+    """
+
+    latest: np.ndarray
     now: int
     delete_retention_ms: int
 
+    def keeps(self, offsets: np.ndarray) -> np.ndarray:
+        """Per offset (ascending, as in a segment), whether it is its key's latest."""
+        if not len(offsets):
+            return np.zeros(0, dtype=bool)
+        lo, hi = np.searchsorted(self.latest, [offsets[0], offsets[-1]], side="left")
+        # Only the slice of the map inside this segment's offsets matters.
+        window = self.latest[lo : hi + 1]
+        at = np.searchsorted(window, offsets)
+        found = at < len(window)
+        found[found] = window[at[found]] == offsets[found]
+        return found
 
-def latest_offsets(store: Store, runs: Sequence[Run]) -> dict[bytes, int]:
-    """Key → offset of its latest committed record in ``runs`` (the cleaner's offset map).
 
+#: Rows of (key, offset) pairs gathered before they are folded into the offset map.
+KEY_MAP_FOLD_ROWS = 1 << 20
+
+
+def _fold(tables: list[pa.Table]) -> pa.Table:
+    """One row per key, with its largest offset (Arrow's hash aggregation, no Python rows)."""
+    grouped = pa.concat_tables(tables).group_by("key").aggregate([(OFFSET_COLUMN, "max")])
+    return pa.table({"key": grouped["key"], OFFSET_COLUMN: grouped[f"{OFFSET_COLUMN}_max"]})
+
+
+def latest_offsets(
+    store: Store, runs: Sequence[Run], layout: TypedLayout | None = None
+) -> np.ndarray:
+    """Offsets of the latest committed record of every non-null key in ``runs`` (sorted).
+
+    Kafka's cleaner builds this offset map too. Here it lives in Arrow columns: each
+    segment's key and offset columns are folded, every ``KEY_MAP_FOLD_ROWS`` rows, into one
+    row per key by a hash group-by (``max`` offset: offsets grow along the log), so memory
+    is the distinct keys' bytes plus 8 bytes each, never a Python object per record or key.
     ``runs`` are one partition's, in offset order.
     """
-    latest: dict[bytes, int] = {}
-    for run in runs:
-        for entry, visible in zip(run.entries, run.visible, strict=True):
-            if isinstance(entry, Marker) or not visible:
-                continue
-            table = read_entry(store, entry)
-            keys = table.column("key").to_pylist()
-            offs = table.column(OFFSET_COLUMN).to_pylist()
-            for k, o in zip(keys, offs, strict=True):
-                if k is not None:
-                    latest[k] = o
-    return latest
+    entries = [
+        entry
+        for run in runs
+        for entry, visible in zip(run.entries, run.visible, strict=True)
+        if visible and not isinstance(entry, Marker)
+    ]
+    folded: list[pa.Table] = []
+    pending = 0
+    for table in read_entries(store, entries, layout):
+        keys = record_keys(table, layout)
+        pairs = pa.table({"key": keys, OFFSET_COLUMN: table[OFFSET_COLUMN]})
+        pairs = pairs.filter(pc.is_valid(pairs["key"]))  # null keys are never compacted
+        folded.append(pairs)
+        pending += pairs.num_rows
+        if pending >= max(KEY_MAP_FOLD_ROWS, 2 * folded[0].num_rows) and len(folded) > 1:
+            folded = [_fold(folded)]
+            pending = 0
+    if not folded:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(_fold(folded).column(OFFSET_COLUMN).to_numpy())
 
 
 def rewrite_run(
@@ -252,6 +315,7 @@ def rewrite_run(
     log_start: int,
     new_path: Callable[[int], str],
     compaction: Compaction | None = None,
+    layout: TypedLayout | None = None,
 ) -> tuple[Segment, int, int]:
     """Write the merged segment of ``run``; return it, records kept and records dropped.
 
@@ -264,17 +328,19 @@ def rewrite_run(
     inputs = [(e, v) for e, v in pairs if not isinstance(e, Marker)]
     wanted = [e for e, v in inputs if v]
     dropped = sum(e.count for e, v in inputs if not v)  # aborted: never read
-    for entry, table in zip(wanted, read_entries(store, wanted), strict=True):
+    for entry, table in zip(wanted, read_entries(store, wanted, layout), strict=True):
         mask = pc.greater_equal(table.column(OFFSET_COLUMN), log_start)
         if compaction is not None:
-            latest = compaction.latest
-            offs = table.column(OFFSET_COLUMN).to_pylist()
-            keep = [
-                k is None or latest.get(k) == o
-                for k, o in zip(table.column("key").to_pylist(), offs, strict=True)
-            ]
-            mask = pc.and_(mask, pa.array(keep, pa.bool_()))
-            tombstone = pc.is_null(table.column("value"))
+            latest = compaction.keeps(table.column(OFFSET_COLUMN).to_numpy())
+            keys = record_keys(table, layout)
+            keep = pc.or_(pc.is_null(keys), pa.array(latest, pa.bool_()))
+            mask = pc.and_(mask, keep)
+            if layout is None:
+                # A tombstone deletes its key; a null-key record is never compacted, so a
+                # null value under a null key is an ordinary record.
+                tombstone = pc.and_(pc.is_null(table.column("value")), pc.is_valid(keys))
+            else:  # a typed record is never a tombstone
+                tombstone = pa.array(np.zeros(table.num_rows, dtype=bool))
             expired = (
                 isinstance(entry, Segment)
                 and entry.compacted
@@ -296,13 +362,14 @@ def rewrite_run(
     merged = (
         pa.concat_tables(pieces).combine_chunks()
         if pieces
-        else MERGED_SEGMENT_SCHEMA.empty_table()
+        else merged_schema(layout).empty_table()
     )
     count = merged.num_rows
     path, size, lo, hi = "", 0, 0, 0
     if count:
         path = new_path(run.partition)
-        data = encode_table(merged.cast(MERGED_SEGMENT_SCHEMA))
+        out = merged.cast(merged_schema(layout))
+        data = encode_table(out if layout is None else fill_required(out))
         store.put_data_file(path, data)
         size = len(data)
         stamps = merged.column("timestamp").cast(pa.int64())

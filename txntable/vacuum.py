@@ -104,7 +104,8 @@ def referenced_paths(snap: TableSnapshot) -> set[str]:
     }
 
 
-def _version_time(log: Log, version: int) -> int | None:
+def version_time(log: Log, version: int) -> int | None:
+    """Commit time of ``version`` (its ``commitInfo.timestamp``), ``None`` if it is gone."""
     actions = log.read_version(version)
     if actions is None:
         return None
@@ -128,7 +129,7 @@ def first_version_since(log: Log, since_ms: int, latest: int) -> int:
     lo, hi = earliest_version(log), latest
     while lo < hi:
         mid = (lo + hi) // 2
-        ts = _version_time(log, mid)
+        ts = version_time(log, mid)
         if ts is None or ts < since_ms:
             lo = mid + 1
         else:

@@ -148,13 +148,12 @@ def test_segment_io_after_s3_is_finalized_is_a_typed_error(s3_location: S3Locati
         from txntable.errors import StorageError
         wh.store.put_data_file("seg", b"x")
         pyarrow.fs.finalize_s3()
-        for call in (lambda: wh.store.put_data_file("seg2", b"y"),
-                     lambda: wh.store.get_data_file("seg")):
-            try:
-                call()
-            except StorageError as e:
-                print(type(e).__name__, "finalized" in str(e))
+        try:
+            wh.store.put_data_file("seg2", b"y")
+        except StorageError as e:
+            print(type(e).__name__, "finalized" in str(e))
+        print(wh.store.get_data_file("seg"))  # reads use boto3, not pyarrow's client
         """,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "StorageError True\nStorageError True\n"
+    assert result.stdout == "StorageError True\nb'x'\n"

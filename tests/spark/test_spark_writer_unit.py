@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from txntable.records import read_segment
 from txntable.warehouse import Warehouse
 from txntable_spark.options import parse_write_options
 from txntable_spark.writer import (
+    Router,
     TxnCommitMessage,
     TxnTableStreamWriter,
     TxnTableWriter,
@@ -103,6 +105,32 @@ def test_routing_and_segment_content() -> None:
     snap = wh.table("t").snapshot()
     assert snap.version == 1
     assert sum(p.high_watermark for p in snap.partitions) == 25
+
+
+def test_router_equals_scalar_partitioner_on_random_keys() -> None:
+    """The vectorised router puts every row where the scalar rule (Kafka's Java client)
+    does: explicit partition first, then murmur2 of the key, then the sticky partition."""
+    rng = random.Random(8)
+    n = 3000
+    keys = [
+        None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 65)) for _ in range(n)
+    ]
+    explicit = [rng.randrange(7) if rng.random() < 0.2 else None for _ in range(n)]
+    router = Router(7, sticky=12)
+    for given in (None, pa.array(explicit, pa.int32())):
+        got = router.route(pa.array(keys, pa.binary()), given).tolist()
+        want = [
+            e if given is not None and e is not None
+            else 12 % 7 if k is None
+            else partition_for_key(k, 7)
+            for k, e in zip(keys, explicit, strict=True)
+        ]
+        assert got == want
+    # String keys route as their UTF-8 bytes; all-null keys all go to the sticky partition.
+    text = ["ключ", "k", ""]
+    got = router.route(pa.array(text).cast(pa.binary()), None).tolist()
+    assert got == [partition_for_key(t.encode(), 7) for t in text]
+    assert router.route(pa.nulls(4, pa.binary()), None).tolist() == [5] * 4
 
 
 def test_segments_split_by_size() -> None:

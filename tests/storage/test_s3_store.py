@@ -541,11 +541,19 @@ def test_arrow_filesystem_for_local_and_memory(tmp_path: Any) -> None:
 @pytest.mark.s3
 @pytest.mark.slow
 def test_data_files_go_through_pyarrow_s3_filesystem(s3_store: S3Store) -> None:
-    """Segments use pyarrow's S3 client (as Spark executors do); the bytes are the same."""
+    """Segments are written with pyarrow's S3 client (as Spark executors do) and read with
+    exactly one GetObject (no HeadObject before it); the bytes are the same."""
     s3_store.put_data_file("t/data/0/seg.parquet", b"PAR1...PAR1")
+    assert s3_store._arrow_fs_cache is not None  # the pyarrow filesystem wrote it
     assert s3_store.get("t/data/0/seg.parquet").data == b"PAR1...PAR1"  # boto3 sees it
+    sent: list[str] = []
+    s3_store._client.meta.events.register(
+        "before-call.s3", lambda model, **_: sent.append(model.name)
+    )
+    s3_store._arrow_fs_cache = None  # a read must not need pyarrow's client
     assert s3_store.get_data_file("t/data/0/seg.parquet") == b"PAR1...PAR1"
-    assert s3_store._arrow_fs_cache is not None  # the pyarrow filesystem served both
+    assert sent == ["GetObject"]
+    assert s3_store._arrow_fs_cache is None
     with pytest.raises(ObjectNotFoundError):
         s3_store.get_data_file("t/data/0/missing.parquet")
     counting = CountingStore(s3_store)

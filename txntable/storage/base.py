@@ -80,6 +80,11 @@ class Store(abc.ABC):
     #: URL of the warehouse root this store serves (used to reopen it in another process).
     url: str = ""
 
+    #: Whether ``list(prefix, start_after)`` costs O(keys after ``start_after``) (S3's
+    #: ``StartAfter``, a sorted index) rather than O(keys under the prefix) (a directory
+    #: read). The log lists a healthy tail only where this is cheap (see ``Log.load``).
+    ordered_listing: bool = False
+
     @abc.abstractmethod
     def get(self, key: str) -> StoredObject:
         """Read an object.
@@ -186,6 +191,7 @@ class StoreWrapper(Store):
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.url = inner.url
+        self.ordered_listing = inner.ordered_listing
 
     def get(self, key: str) -> StoredObject:
         return self.inner.get(key)

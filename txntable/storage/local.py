@@ -8,6 +8,7 @@ exclusive ``flock`` on a sidecar lock file, which serialises writers across proc
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import hashlib
 import os
@@ -53,12 +54,18 @@ class LocalStore(Store):
             )
 
     def _path(self, key: str) -> str:
+        path = self._join(key)
+        self._check_inside(key, path)
+        return path
+
+    def _join(self, key: str) -> str:
         validate_key(key)
-        path = os.path.join(self.root, *key.split("/"))
+        return os.path.join(self.root, *key.split("/"))
+
+    def _check_inside(self, key: str, path: str) -> None:
         # validate_key already rejects "..", this guards against symlinked escapes too.
         if not os.path.realpath(path).startswith(os.path.realpath(self.root) + os.sep):
             raise ObjectNotFoundError(key)
-        return path
 
     def _write_tmp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)
@@ -91,10 +98,16 @@ class LocalStore(Store):
         return StoredObject(data, _etag(data))
 
     def exists(self, key: str) -> bool:
+        # One stat, no read (and hash) of the bytes; the symlink check only for a hit
+        # (the log probes for absent versions on every cold load).
+        path = self._join(key)
+        if not os.path.isfile(path):
+            return False
         try:
-            return os.path.isfile(self._path(key))  # no need to read (and hash) the bytes
+            self._check_inside(key, path)
         except ObjectNotFoundError:  # a symlink leading out of the root
             return False
+        return True
 
     def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
@@ -129,21 +142,38 @@ class LocalStore(Store):
         return _etag(data)
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        directory, _, name_prefix = prefix.rpartition("/")
+        # A directory has no order, so this reads every entry under the prefix's directory
+        # (os.scandir: names and types only, no stat): O(entries), which is why the log does
+        # not list a healthy tail on local disk (``ordered_listing`` is False).
+        directory, _, _ = prefix.rpartition("/")
         base = os.path.join(self.root, *directory.split("/")) if directory else self.root
         keys: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            rel = os.path.relpath(dirpath, self.root)
-            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
-            for name in filenames:
+        self._scan(base, f"{directory}/" if directory else "", prefix, start_after, keys)
+        keys.sort()
+        return iter(keys)
+
+    def _scan(
+        self, path: str, rel: str, prefix: str, start_after: str | None, out: builtins.list[str]
+    ) -> None:
+        try:
+            entries = os.scandir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        with entries:
+            for entry in entries:
+                name = entry.name
                 if name.startswith(_TMP_PREFIX) or name.endswith(_LOCK_SUFFIX):
                     continue
                 key = rel + name
-                if key.startswith(prefix) and (start_after is None or key > start_after):
-                    keys.append(key)
-            if dirpath == base and name_prefix:
-                dirnames[:] = [d for d in dirnames if d.startswith(name_prefix)]
-        return iter(sorted(keys))
+                if entry.is_dir():
+                    sub = key + "/"
+                    # Symlinked directories are not followed (as os.walk's default).
+                    if (sub.startswith(prefix) or prefix.startswith(sub)) and not (
+                        entry.is_symlink()
+                    ):
+                        self._scan(entry.path, sub, prefix, start_after, out)
+                elif key.startswith(prefix) and (start_after is None or key > start_after):
+                    out.append(key)
 
     def list_children(self, prefix: str = "") -> Iterator[str]:
         base = os.path.join(self.root, *prefix.rstrip("/").split("/")) if prefix else self.root

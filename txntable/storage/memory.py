@@ -24,6 +24,8 @@ def _etag(data: bytes, generation: int) -> str:
 class MemoryStore(Store):
     """A store in process memory; two stores with the same name see the same objects."""
 
+    ordered_listing = True
+
     def __init__(self, name: str = "default") -> None:
         self.url = f"memory://{name}"
         with _REGISTRY_LOCK:

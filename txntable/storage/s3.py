@@ -220,6 +220,8 @@ class S3Store(Store):
         InvalidConfigurationError: If an option is unknown or has a malformed value.
     """
 
+    ordered_listing = True
+
     def __init__(self, url: str, storage_options: Mapping[str, str] | None = None) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
@@ -432,18 +434,18 @@ class S3Store(Store):
             raise StorageError(f"PUT s3://{path}: {self._redact(str(exc))}") from None
 
     def get_data_file(self, key: str) -> bytes:
-        """Read a segment through ``pyarrow.fs.S3FileSystem``."""
-        path = self._arrow_path(key)
-        try:
-            with self._arrow_fs().open_input_stream(path) as f:
-                data: bytes = f.read()
-            return data
-        except FileNotFoundError:
-            raise ObjectNotFoundError(key) from None
-        except OSError as exc:
-            raise TransientStorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
-        except pa.ArrowException as exc:
-            raise StorageError(f"GET s3://{path}: {self._redact(str(exc))}") from None
+        """Read a segment: one ``GetObject`` (boto3), nothing before it.
+
+        Not through ``pyarrow.fs.S3FileSystem``: its input streams send a ``HeadObject``
+        before the ``GET`` to learn the size, doubling the requests (and the latency) of
+        every segment read. Large segments are read with ranged requests by
+        :class:`txntable.reader.SegmentReader` instead.
+
+        Raises:
+            ObjectNotFoundError: If it does not exist.
+            TransientStorageError: The read kept failing transiently.
+        """
+        return self.get(key).data
 
     def _arrow_path(self, key: str) -> str:
         return f"{self.bucket}/{self._full_key(key)}"

@@ -1,0 +1,115 @@
+"""A group member process for the multi-process tests (run as a script; killed by them).
+
+``ctp``: consume-transform-produce: each poll's records go to table ``out`` (value
+``"<partition>:<offset>"``) in one transaction with the group offsets
+(``send_offsets_to_transaction(..., consumer.group_metadata())``); a refused commit aborts
+and rewinds to the committed offsets. ``stall``: plain commits after a 1 s "processing"
+pause, logging each commit's outcome and whether the process was stopped during the pause.
+The status file (JSON) is rewritten after every poll.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from txntable import Consumer, OffsetAndMetadata, Producer, Warehouse
+from txntable.errors import CommitFailedError, UnstableOffsetCommitError
+
+
+def _write(path: str, obj: object) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def _rewind(c: Consumer) -> None:
+    for tp in c.assignment():
+        try:
+            committed = c.committed(tp)
+        except UnstableOffsetCommitError:
+            committed = None
+        if committed is None:
+            c.seek_to_beginning([tp])
+        else:
+            c.seek(tp, committed.offset)
+
+
+def main() -> None:
+    url, name, status_dir, mode, session_ms, strategy = sys.argv[1:7]
+    wh = Warehouse(url)
+    c = Consumer(
+        wh,
+        group_id="g",
+        client_id=name,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        session_timeout_ms=int(session_ms),
+        heartbeat_interval_ms=100,
+        partition_assignment_strategy=strategy,
+        unstable_offset_timeout_ms=0,
+    )
+    c.subscribe(["in"])
+    status = os.path.join(status_dir, f"{name}.json")
+    stop = os.path.join(status_dir, "stop")
+    producer = None
+    if mode == "ctp":
+        producer = Producer(wh, transactional_id=f"ctp-{name}", transaction_timeout_ms=3000)
+        producer.init_transactions()
+    commits: list[dict[str, object]] = []
+    processed = 0
+    while not os.path.exists(stop):
+        recs = c.poll(100, max_records=7)
+        meta = c.group_metadata()
+        base = {
+            "pid": os.getpid(),
+            "assignment": sorted(tp.partition for tp in c.assignment()),
+            "generation": meta.generation_id,
+            "processed": processed,
+            "commits": commits,
+        }
+        _write(status, {**base, "phase": "polled"})
+        if not recs:
+            continue
+        offsets = {tp: OffsetAndMetadata(rs[-1].offset + 1) for tp, rs in recs.items()}
+        if producer is not None:
+            producer.begin_transaction()
+            for tp, rs in recs.items():
+                for r in rs:
+                    producer.send("out", value=f"{tp.partition}:{r.offset}".encode(), partition=0)
+            try:
+                producer.send_offsets_to_transaction(offsets, meta)
+                producer.commit_transaction()
+                processed += sum(len(rs) for rs in recs.values())
+            except CommitFailedError:
+                producer.abort_transaction()
+                _rewind(c)
+        else:
+            _write(status, {**base, "phase": "processing"})
+            started = time.monotonic()
+            time.sleep(1.0)
+            stalled = time.monotonic() - started > 2.0
+            try:
+                c.commit(offsets)
+                outcome = "ok"
+                processed += sum(len(rs) for rs in recs.values())
+            except CommitFailedError as e:
+                outcome = type(e).__name__
+                _rewind(c)
+            commits.append(
+                {
+                    "stalled": stalled,
+                    "outcome": outcome,
+                    "offsets": {str(tp.partition): o.offset for tp, o in offsets.items()},
+                }
+            )
+    if producer is not None:
+        producer.close()
+    c.close()
+
+
+if __name__ == "__main__":
+    main()
