@@ -34,10 +34,15 @@ Read options (batch and streaming):
 * ``storage.<name>``: storage options of the warehouse (``storage.s3.endpoint``, …). They are
   passed to :func:`txntable.storage.open_store` and never logged or shown in a ``repr``.
 
-Refused: ``subscribe``, ``assign``, ``subscribePattern`` (the path names the table), and, until
-time-based positions are implemented, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
-``endingTimestamp``, ``endingOffsetsByTimestamp``, ``startingOffsetsByTimestampStrategy`` and
-``timestampAsOf``.
+Time-based positions (Spark's Kafka source): ``startingTimestamp`` / ``endingTimestamp`` (ms,
+every partition) or ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON per
+partition; others use the offset options), winning over ``startingOffsets`` /
+``endingOffsets``: the first offset whose record timestamp is at or after the time; none at
+the start is an error (``startingOffsetsByTimestampStrategy=error``, Spark's default) or the
+latest offset (``latest``), none at the end is the latest offset. ``timestampAsOf`` (Delta's
+time travel): the last version committed at or before a time (ms or ISO-8601).
+
+Refused: ``subscribe``, ``assign``, ``subscribePattern`` (the path names the table).
 
 Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``maxBytesPerSegment``
 (default 128 MiB of buffered input per segment), ``txnAppId`` and, for a batch write,
@@ -49,15 +54,19 @@ checkpoint location's identity (see :mod:`txntable_spark.writer`); Spark's own
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import pyarrow as pa
+
 from txntable.errors import InvalidConfigurationError
 from txntable.names import validate_table_name
 from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
+from txntable.schema import TypedLayout
 from txntable.storage import check_storage_options
 
 __all__ = [
@@ -96,16 +105,26 @@ READ_OPTIONS = frozenset(
         "minPartitions",
         "includeHeaders",
         "finishStuckTransactions",
+        "columns",
     }
 )
-BATCH_READ_OPTIONS = READ_OPTIONS | {"endingOffsets", "versionAsOf"}
-STREAM_READ_OPTIONS = READ_OPTIONS | {
+#: Spark's Kafka-source time-based positions (and Delta's time travel by timestamp).
+STARTING_TIME_OPTIONS = frozenset(
+    {"startingTimestamp", "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy"}
+)
+BATCH_READ_OPTIONS = (
+    READ_OPTIONS
+    | STARTING_TIME_OPTIONS
+    | {"endingOffsets", "versionAsOf", "endingTimestamp", "endingOffsetsByTimestamp"}
+    | {"timestampAsOf", "pushFilters"}
+)
+STREAM_READ_OPTIONS = READ_OPTIONS | STARTING_TIME_OPTIONS | {
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
     "maxFilesPerTrigger",
 }
-WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment"})
+WRITE_OPTIONS = frozenset({*_LOCATION, "txnAppId", "maxBytesPerSegment", "mergeSchema"})
 BATCH_WRITE_OPTIONS = WRITE_OPTIONS | {"txnVersion"}
 #: ``checkpointLocation`` and ``queryName`` are set by Spark itself.
 STREAM_WRITE_OPTIONS = WRITE_OPTIONS | {"checkpointLocation", "queryName"}
@@ -115,18 +134,6 @@ REFUSED_OPTIONS: dict[str, str] = {
     **dict.fromkeys(
         ("subscribe", "assign", "subscribePattern"),
         "the path (or warehouse + table) names the one table a txntable source reads",
-    ),
-    **dict.fromkeys(
-        (
-            "startingTimestamp",
-            "startingOffsetsByTimestamp",
-            "endingTimestamp",
-            "endingOffsetsByTimestamp",
-            "startingOffsetsByTimestampStrategy",
-            "timestampAsOf",
-        ),
-        "time-based positions are not implemented yet; use startingOffsets / endingOffsets "
-        "or versionAsOf",
     ),
 }
 
@@ -148,6 +155,18 @@ class TableLocation:
 
 
 @dataclass(frozen=True)
+class TimestampSpec:
+    """Positions by timestamp (ms): one for every partition, or per partition."""
+
+    default: int | None = None
+    timestamps: dict[int, int] = field(default_factory=dict)
+
+    def for_partition(self, partition: int) -> int | None:
+        """The timestamp asked for ``partition``, or ``None`` (use the offset option)."""
+        return self.timestamps.get(partition, self.default)
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """Validated read options."""
 
@@ -165,6 +184,22 @@ class ReadOptions:
     max_files_per_trigger: int | None = None
     include_headers: bool = True
     finish_stuck_transactions: bool = True
+    #: ``startingTimestamp`` / ``startingOffsetsByTimestamp`` (they take precedence over
+    #: ``startingOffsets``, as in Spark), and the same for the end.
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    #: ``startingOffsetsByTimestampStrategy``: ``error`` (Spark's default) or ``latest``.
+    starting_timestamp_strategy: str = "error"
+    #: ``timestampAsOf`` (Delta): read the last version committed at or before this (ms).
+    timestamp_as_of: int | None = None
+    #: Typed tables: the columns to read (``columns`` option or a user-given schema);
+    #: ``None``: all.
+    columns: tuple[str, ...] | None = None
+    #: Typed tables: the layout the read was planned with (set by the source once it has
+    #: loaded the table; ``None``: Kafka's record).
+    layout: TypedLayout | None = None
+    #: Typed tables: the exact Arrow schema of the batches Spark expects.
+    arrow_schema: pa.Schema | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -181,6 +216,8 @@ class WriteOptions:
     max_bytes_per_segment: int = DEFAULT_MAX_BYTES_PER_SEGMENT
     #: Batch writes: Delta's ``txnVersion`` (with ``txn_app_id``).
     txn_version: int | None = None
+    #: Typed tables: evolve the table's schema to hold the DataFrame's columns.
+    merge_schema: bool = False
 
 
 def check_option_names(options: Mapping[str, str], accepted: frozenset[str], what: str) -> None:
@@ -351,6 +388,58 @@ def parse_offset_spec(value: str | None, table: str, default: int, name: str) ->
     return OffsetSpec(default, offsets)
 
 
+def parse_timestamps(
+    options: Mapping[str, str], global_name: str, by_partition_name: str, table: str
+) -> TimestampSpec | None:
+    """``startingTimestamp`` (one ms timestamp) or ``startingOffsetsByTimestamp`` (JSON
+    ``{"table": {"0": ms}}``), and the ending pair; the global one wins, as in Spark.
+
+    Raises:
+        InvalidConfigurationError: Not a non-negative integer, or malformed JSON.
+    """
+    value = _get(options, global_name)
+    if value is not None:
+        if not re.fullmatch(r"\s*\d+\s*", value):
+            raise InvalidConfigurationError(
+                f"{global_name} must be a timestamp in ms since the epoch, not {value!r}"
+            )
+        return TimestampSpec(int(value))
+    value = _get(options, by_partition_name)
+    if value is None:
+        return None
+    spec = parse_offset_spec(value, table, LATEST, by_partition_name)
+    if spec.default != LATEST or not spec.offsets:
+        raise InvalidConfigurationError(
+            f'{by_partition_name} must be JSON like {{"{table}": {{"0": 1732280000000}}}}'
+        )
+    if any(ts < 0 for ts in spec.offsets.values()):
+        raise InvalidConfigurationError(f"{by_partition_name}: timestamps must be >= 0")
+    return TimestampSpec(None, dict(spec.offsets))
+
+
+def parse_timestamp_as_of(value: str | None) -> int | None:
+    """``timestampAsOf``: ms since the epoch, or an ISO-8601 date / date-time (UTC if no
+    zone), as Delta accepts.
+
+    Raises:
+        InvalidConfigurationError: Anything else.
+    """
+    if value is None:
+        return None
+    v = value.strip()
+    if re.fullmatch(r"\d+", v):
+        return int(v)
+    try:
+        parsed = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"timestampAsOf must be ms since the epoch or an ISO-8601 date-time, not {value!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return int(parsed.timestamp() * 1000)
+
+
 def parse_int(
     options: Mapping[str, str], name: str, default: int | None, minimum: int
 ) -> int | None:
@@ -461,6 +550,14 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
             f"minOffsetsPerTrigger ({min_offsets}) is greater than maxOffsetsPerTrigger "
             f"({max_offsets})"
         )
+    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidConfigurationError(
+            f"startingOffsetsByTimestampStrategy must be error or latest, not {strategy!r}"
+        )
+    timestamp_as_of = parse_timestamp_as_of(_get(options, "timestampAsOf"))
+    if timestamp_as_of is not None and version is not None:
+        raise InvalidConfigurationError("give versionAsOf or timestampAsOf, not both")
     delay = _get(options, "maxTriggerDelay")
     if delay is not None and min_offsets is None:
         raise InvalidConfigurationError("maxTriggerDelay applies only with minOffsetsPerTrigger")
@@ -481,7 +578,33 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         max_files_per_trigger=parse_int(options, "maxFilesPerTrigger", None, 1),
         include_headers=parse_bool(options, "includeHeaders", True),
         finish_stuck_transactions=parse_bool(options, "finishStuckTransactions", True),
+        starting_timestamps=parse_timestamps(
+            options, "startingTimestamp", "startingOffsetsByTimestamp", location.table
+        ),
+        ending_timestamps=parse_timestamps(
+            options, "endingTimestamp", "endingOffsetsByTimestamp", location.table
+        ),
+        starting_timestamp_strategy=strategy,
+        timestamp_as_of=timestamp_as_of,
+        columns=parse_columns(options),
     )
+
+
+def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The ``columns`` option: comma-separated column names of a typed table.
+
+    Raises:
+        InvalidConfigurationError: Empty, or a name twice.
+    """
+    raw = _get(options, "columns")
+    if raw is None:
+        return None
+    names = tuple(n.strip() for n in raw.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise InvalidConfigurationError(
+            f"columns must be distinct comma-separated names, not {raw!r}"
+        )
+    return names
 
 
 def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> WriteOptions:
@@ -507,4 +630,4 @@ def parse_write_options(options: Mapping[str, str], streaming: bool = False) -> 
         raise InvalidConfigurationError(
             "an idempotent batch write needs both txnAppId and txnVersion"
         )
-    return WriteOptions(location, app_id, seg, version)
+    return WriteOptions(location, app_id, seg, version, parse_bool(options, "mergeSchema", False))

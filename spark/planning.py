@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 from txntable.planning import (
     OffsetRange,
@@ -184,3 +186,60 @@ def limit_segments(
             stop = max(start.get(p, stop), first_left.first_offset)
         out[p] = stop
     return out
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What pushed-down filters on ``partition`` and ``offset`` allow a scan to skip.
+
+    Slices of other partitions, and slices whose offsets lie wholly outside
+    ``[low, high)``, are not read. Spark still evaluates every filter on the rows read,
+    so a slice kept whole that the filter cuts is exact.
+    """
+
+    partitions: frozenset[int] | None = None
+    low: int = 0
+    high: int | None = None
+
+    def narrowed(self, f: object) -> Pruning:
+        """This pruning and what the pushed filter ``f`` says (unchanged for a filter it
+        does not know). Filters are recognised by their class name (``EqualTo``, ``In``,
+        ``GreaterThan``, ...), so this module needs no Spark."""
+        kind = type(f).__name__
+        column = getattr(f, "attribute", None)
+        value: Any = getattr(f, "value", None)
+        if column == ("partition",):
+            wanted: set[int] | None = None
+            if kind == "EqualTo" and _is_int(value):
+                wanted = {value}
+            elif kind == "In" and all(_is_int(v) for v in value):
+                wanted = set(value)
+            if wanted is None:
+                return self
+            now = wanted if self.partitions is None else self.partitions & wanted
+            return replace(self, partitions=frozenset(now))
+        if column != ("offset",) or not _is_int(value):
+            return self
+        low, high = self.low, self.high
+        v = int(value)
+        if kind in ("EqualTo", "GreaterThan", "GreaterThanOrEqual"):
+            low = max(low, v + 1 if kind == "GreaterThan" else v)
+        if kind in ("EqualTo", "LessThan", "LessThanOrEqual"):
+            bound = v if kind == "LessThan" else v + 1
+            high = bound if high is None else min(high, bound)
+        return replace(self, low=low, high=high)
+
+    def keeps(self, s: SegmentSlice) -> bool:
+        """Whether ``s`` may hold rows the filters accept."""
+        if self.partitions is not None and s.partition not in self.partitions:
+            return False
+        return s.next_offset > self.low and (self.high is None or s.first_offset < self.high)
+
+    def prune(self, groups: list[list[SegmentSlice]]) -> list[list[SegmentSlice]]:
+        """``groups`` without the slices the filters exclude (and groups left empty)."""
+        kept = [[s for s in g if self.keeps(s)] for g in groups]
+        return [g for g in kept if g]
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

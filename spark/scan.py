@@ -12,14 +12,16 @@ JVM has a fixed cost.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
 from txntable.reader import SegmentReader, prefetch
+from txntable.schema import TypedLayout
 from txntable.storage import Store, open_store
 
 from .planning import SegmentSlice
+from .schema import to_spark_batches, typed_arrow_schema, typed_spark_schema
 
 #: Rows per record batch handed to Spark (small segments are merged up to this).
 TARGET_BATCH_ROWS = 65_536
@@ -46,16 +48,24 @@ def read_slices(
     topic: str,
     slices: list[SegmentSlice],
     include_headers: bool = True,
+    layout: TypedLayout | None = None,
+    columns: Sequence[str] | None = None,
+    arrow_schema: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``slices``, in order, in the exact output schema."""
+    """Record batches of ``slices``, in order, in the exact output schema (a typed table's:
+    ``columns`` of it, only those read from Parquet)."""
     if not slices:
         return
-    reader = SegmentReader(cached_store(url, storage_options))
+    reader = SegmentReader(cached_store(url, storage_options), layout, columns)
+    target = arrow_schema
+    if layout is not None and target is None:
+        target = typed_arrow_schema(typed_spark_schema(layout, columns))
     window = min(PREFETCH, len(slices))
     buffered: list[pa.Table] = []
     rows = 0
     def read(s: SegmentSlice) -> pa.Table:
-        return reader.read_output(s, topic, include_headers)
+        out = reader.read_output(s, topic, include_headers)
+        return out if target is None else to_spark_batches(out, target)
 
     for table in prefetch(slices, read, window):
         buffered.append(table)

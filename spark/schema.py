@@ -23,6 +23,10 @@ batches whose schema equals ``to_arrow_schema(SPARK_SCHEMA, timezone="UTC")`` ex
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -41,6 +45,7 @@ from txntable.records import (
     READ_SCHEMA_NO_HEADERS,
     READ_TIMESTAMP,
 )
+from txntable.schema import TypedLayout, fill_required
 
 HEADER_STRUCT = StructType(
     [StructField("key", StringType(), False), StructField("value", BinaryType(), True)]
@@ -72,3 +77,63 @@ def spark_schema(include_headers: bool = True) -> StructType:
     if include_headers:
         return SPARK_SCHEMA
     return StructType([f for f in SPARK_SCHEMA.fields if f.name != "headers"])
+
+
+# --- typed tables ----------------------------------------------------------------------------
+
+
+def typed_spark_schema(layout: TypedLayout, columns: Sequence[str] | None = None) -> StructType:
+    """The Spark schema of a typed table's read: its columns (or ``columns``), then
+    ``partition``, ``offset``, ``timestamp``. Zoned timestamps are Spark timestamps, naive
+    ones ``timestamp_ntz``; int8/int16 are ``tinyint``/``smallint``.
+
+    Raises:
+        SchemaMismatchError: ``columns`` names a column the table does not have.
+    """
+    read = layout.read_schema(columns)
+    # Nested fields are declared nullable to Spark: Spark (toArrow, its Arrow conversions)
+    # refuses a null below a null struct in a not-null field, which Parquet decoding yields.
+    relaxed = pa.schema([f.with_type(_nullable_inside(f.type)) for f in read])
+    return from_arrow_schema(relaxed, prefer_timestamp_ntz=True)
+
+
+def _nullable_inside(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable (map keys stay not null, as Arrow needs)."""
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [t.field(i).with_type(_nullable_inside(t.field(i).type)).with_nullable(True)
+             for i in range(t.num_fields)]  # fmt: skip
+        )
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _nullable_inside(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, pa.field("value", _nullable_inside(t.item_type)))
+    return t
+
+
+def typed_arrow_schema(schema: StructType) -> pa.Schema:
+    """The exact Arrow schema Spark expects of batches of ``schema`` (every timestamp in
+    microseconds, zoned ones in UTC)."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def to_spark_batches(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A typed read's rows cast to :func:`typed_arrow_schema` (nanosecond timestamps are
+    truncated to Spark's microseconds; everything else casts exactly). Nulls of not-null
+    nested fields under null parents (as Parquet decodes them) get placeholders: Spark's
+    worker refuses them."""
+    table = fill_required(table)
+    if table.schema.equals(schema):
+        return table
+    columns = []
+    for f, column in zip(schema, table.columns, strict=True):
+        if column.type != f.type:
+            safe = not (pa.types.is_timestamp(f.type) and column.type.unit == "ns")
+            column = column.cast(f.type, safe=safe)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def spark_to_arrow(schema: StructType) -> pa.Schema:
+    """The Arrow schema of a DataFrame's columns (what its Arrow batches carry)."""
+    return to_arrow_schema(schema, timezone="UTC")

@@ -8,7 +8,8 @@ planned slices travel to executors, inside :class:`ScanPartition`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -17,19 +18,31 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.types import StructType
 
 from txntable.errors import InvalidConfigurationError
+from txntable.schema import TypedLayout, layout_of
 from txntable.snapshot import TableSnapshot
 from txntable.table import Table
+from txntable.timestamps import version_at_timestamp
 from txntable.warehouse import Warehouse
 
-from .options import ReadOptions, TableLocation, parse_bool, parse_read_options
-from .planning import SegmentSlice, plan_scan
+from .options import (
+    ReadOptions,
+    TableLocation,
+    parse_bool,
+    parse_columns,
+    parse_int,
+    parse_location,
+    parse_read_options,
+)
+from .planning import Pruning, SegmentSlice, plan_scan
 from .scan import read_slices
-from .schema import spark_schema
+from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
+from .timepos import resolve_time_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,12 +54,34 @@ class ScanPartition(InputPartition):
     """One Spark task's work: segment slices plus what it needs to reopen the store."""
 
     def __init__(
-        self, location: TableLocation, slices: list[SegmentSlice], include_headers: bool = True
+        self,
+        location: TableLocation,
+        slices: list[SegmentSlice],
+        include_headers: bool = True,
+        layout: TypedLayout | None = None,
+        columns: tuple[str, ...] | None = None,
+        arrow_schema: pa.Schema | None = None,
     ) -> None:
         super().__init__(None)
         self.location = location
         self.slices = slices
         self.include_headers = include_headers
+        #: A typed table's layout and the columns read (``None``: Kafka's record / all).
+        self.layout = layout
+        self.columns = columns
+        self.arrow_schema = arrow_schema
+
+    @classmethod
+    def of(cls, opts: ReadOptions, slices: list[SegmentSlice]) -> ScanPartition:
+        """The input partition reading ``slices`` as ``opts`` says."""
+        return cls(
+            opts.location,
+            slices,
+            opts.include_headers,
+            opts.layout,
+            opts.columns,
+            opts.arrow_schema,
+        )
 
     def __repr__(self) -> str:
         # InputPartition's default repr prints every attribute; keep credentials out.
@@ -73,12 +108,25 @@ def load_snapshot(opts: ReadOptions) -> TableSnapshot:
     Raises:
         VersionNotFoundError: ``versionAsOf`` is beyond the newest version.
     """
+    return load_table_snapshot(opts)[1]
+
+
+def load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
+    """The table handle and the snapshot a batch read plans from (``versionAsOf`` /
+    ``timestampAsOf`` time travel, else the latest).
+
+    Raises:
+        VersionNotFoundError: ``versionAsOf`` is beyond the newest version, or
+            ``timestampAsOf`` before the first or after the latest commit.
+    """
     table = open_table(opts.location, opts.finish_stuck_transactions)
     if opts.version_as_of is not None:
-        return table.snapshot_at(opts.version_as_of)
+        return table, table.snapshot_at(opts.version_as_of)
+    if opts.timestamp_as_of is not None:
+        return table, table.snapshot_at(version_at_timestamp(table, opts.timestamp_as_of))
     table.snapshot()
     table.finish_stuck_transactions()  # a dead producer's prepared transaction pins no LSO
-    return table.snapshot(refresh=False)
+    return table, table.snapshot(refresh=False)
 
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -92,7 +140,51 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         loc.table,
         partition.slices,
         partition.include_headers,
+        partition.layout,
+        partition.columns,
+        partition.arrow_schema,
     )
+
+
+def load_layout(options: dict[str, Any]) -> TypedLayout | None:
+    """The layout of the table the options name (at ``versionAsOf`` if given): a typed
+    table's schema decides the read schema.
+
+    Raises:
+        TableNotFoundError: No such table.
+    """
+    location = parse_location(options)
+    table = open_table(location, finish_stuck_transactions=False)
+    version = parse_int(options, "versionAsOf", None, 0)
+    snap = table.snapshot_at(version) if version is not None else table.snapshot()
+    return layout_of(snap.metadata)
+
+
+def typed_read_options(
+    opts: ReadOptions, layout: TypedLayout, schema: StructType | None
+) -> ReadOptions:
+    """``opts`` for a typed table: the layout, and the columns to read — the ``columns``
+    option, or those of a user-given schema (``spark.read.schema(...)``), which Spark passes
+    to the reader: the Python data source API (pyspark 4.3) has no column pruning of its
+    own, so this is how a read asks for only some Parquet columns.
+
+    Raises:
+        InvalidConfigurationError: A user-given schema with a column the table does not
+            have or of another type.
+    """
+    columns = opts.columns
+    if schema is not None and schema != typed_spark_schema(layout, columns):
+        full = {f.name: f.dataType for f in typed_spark_schema(layout).fields}
+        for f in schema.fields:
+            if full.get(f.name) != f.dataType:
+                raise InvalidConfigurationError(
+                    f"column {f.name} {f.dataType.simpleString()} of the given schema is not "
+                    f"a column of the table ({typed_spark_schema(layout).simpleString()})"
+                )
+        columns = tuple(schema.names)
+    else:
+        schema = typed_spark_schema(layout, columns)
+    return replace(opts, layout=layout, columns=columns, arrow_schema=typed_arrow_schema(schema))
 
 
 def check_schema(schema: StructType, opts: ReadOptions) -> None:
@@ -114,15 +206,32 @@ class TxnTableReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
+        self.pruning = Pruning()
 
     def partitions(self) -> Sequence[InputPartition]:
         """Load the snapshot once and plan (see :func:`txntable_spark.planning.plan_scan`)."""
-        groups = plan_scan(load_snapshot(self.opts), self.opts)
-        return [ScanPartition(self.opts.location, g, self.opts.include_headers) for g in groups]
+        table, snap = load_table_snapshot(self.opts)
+        opts = resolve_time_options(table, snap, self.opts)
+        groups = self.pruning.prune(plan_scan(snap, opts))
+        return [ScanPartition.of(self.opts, g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the partition's records as Arrow batches in :data:`ARROW_SCHEMA`."""
         return read_partition(partition)
+
+
+class TxnTableFilteringReader(TxnTableReader):
+    """The batch reader with filter pushdown (option ``pushFilters``): Spark refuses a
+    reader implementing ``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled``
+    is set, so it is only used when asked for."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Filters on ``partition`` (``=``, ``IN``) and ``offset`` (comparisons) prune the
+        planned segments; every filter is still returned for Spark to apply to the rows
+        read."""
+        for f in filters:
+            self.pruning = self.pruning.narrowed(f)
+        return filters
 
 
 class TxnTableDataSource(DataSource):
@@ -134,22 +243,40 @@ class TxnTableDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
-        """The fixed read schema, without ``headers`` if ``includeHeaders`` is false."""
-        return spark_schema(parse_bool(self._options(), "includeHeaders", True))
+        """The read schema: Kafka's record (without ``headers`` if ``includeHeaders`` is
+        false), or a typed table's columns (only those of ``columns`` if given), then
+        partition, offset and timestamp."""
+        options = self._options()
+        layout = load_layout(options)
+        columns = parse_columns(options)
+        if layout is not None:
+            return typed_spark_schema(layout, columns)
+        if columns is not None:
+            raise InvalidConfigurationError("the columns option applies to typed tables only")
+        return spark_schema(parse_bool(options, "includeHeaders", True))
+
+    def _read_options(self, schema: StructType, streaming: bool) -> ReadOptions:
+        options = self._options()
+        opts = parse_read_options(options, streaming=streaming)
+        layout = load_layout(options)
+        if layout is not None:
+            return typed_read_options(opts, layout, schema)
+        check_schema(schema, opts)
+        return opts
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader; options are validated here, at planning time."""
-        opts = parse_read_options(self._options())
-        check_schema(schema, opts)
+        opts = self._read_options(schema, streaming=False)
+        if parse_bool(self._options(), "pushFilters", False):
+            return TxnTableFilteringReader(opts)
         return TxnTableReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """A micro-batch reader (see :mod:`txntable_spark.stream`)."""
+        """A micro-batch reader (see :mod:`txntable_spark.stream`); a typed table is read
+        with the schema it had when the query started."""
         from .stream import TxnTableStreamReader
 
-        opts = parse_read_options(self._options(), streaming=True)
-        check_schema(schema, opts)
-        return TxnTableStreamReader(opts)
+        return TxnTableStreamReader(self._read_options(schema, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """An atomic append writer (see :mod:`txntable_spark.writer`)."""

@@ -33,7 +33,8 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +70,14 @@ from txntable.errors import (
 from txntable.log import CommitPlan, now_ms
 from txntable.partitioner import partitions_for_keys
 from txntable.records import SEGMENT_SCHEMA
+from txntable.schema import (
+    TypedLayout,
+    castable,
+    check_evolution,
+    layout_of,
+    merge_schemas,
+    schema_to_json,
+)
 from txntable.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
@@ -76,6 +85,7 @@ from txntable.vacuum import new_segment_name
 
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store
+from .schema import spark_to_arrow
 from .source import open_table
 
 __all__ = [
@@ -91,6 +101,7 @@ _INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
 
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -202,7 +213,7 @@ class Router:
         self.num_partitions = num_partitions
         self.sticky = sticky % num_partitions
 
-    def route(self, keys: pa.Array, explicit: pa.Array | None) -> np.ndarray:
+    def route(self, keys: pa.Array | pa.ChunkedArray, explicit: pa.Array | None) -> np.ndarray:
         """Target partition of every row."""
         n = len(keys)
         out = np.full(n, self.sticky, dtype=np.int64)
@@ -305,8 +316,10 @@ def write_task(
     opts: WriteOptions,
     num_partitions: int,
     write_id: str,
+    layout: TypedLayout | None = None,
 ) -> TxnCommitMessage:
-    """Executor side of both writers: route, write segments, describe them."""
+    """Executor side of both writers: route, write segments, describe them (a typed
+    table's rows (``layout``) conformed to its schema, routed by its key columns)."""
     loc = opts.location
     store = cached_store(loc.warehouse_url, loc.storage_options)
     router = Router(num_partitions, _sticky_partition(num_partitions))
@@ -316,19 +329,26 @@ def write_task(
         n = batch.num_rows
         if n == 0:
             continue
-        value = _column(batch, "value")
-        if value is None:
-            raise SchemaMismatchError("txntable write needs a 'value' column")
-        keys = _as_binary(_column(batch, "key"), n)
-        rows = pa.Table.from_arrays(
-            [
-                keys,
-                _as_binary(value, n),
-                _as_headers(_column(batch, "headers"), n),
-                _as_timestamps(_column(batch, "timestamp"), n, now),
-            ],
-            schema=SEGMENT_SCHEMA,
-        )
+        keys: pa.Array | pa.ChunkedArray
+        if layout is not None:
+            data = pa.Table.from_batches([batch])
+            data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
+            rows = layout.conform(data, now)
+            keys = layout.keys(rows)
+        else:
+            value = _column(batch, "value")
+            if value is None:
+                raise SchemaMismatchError("txntable write needs a 'value' column")
+            keys = _as_binary(_column(batch, "key"), n)
+            rows = pa.Table.from_arrays(
+                [
+                    keys,
+                    _as_binary(value, n),
+                    _as_headers(_column(batch, "headers"), n),
+                    _as_timestamps(_column(batch, "timestamp"), n, now),
+                ],
+                schema=SEGMENT_SCHEMA,
+            )
         targets = router.route(keys, _column(batch, "partition"))
         if (targets == targets[0]).all():
             out.add(int(targets[0]), rows)
@@ -400,16 +420,91 @@ def app_txn_append(
     return build
 
 
+def plain_append(
+    batches: list[PendingBatch],
+) -> Callable[[TableSnapshot], CommitPlan[AppendResult]]:
+    """The commit ``build`` of :meth:`Table.append` of ``batches`` (pure)."""
+
+    def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
+        return plan_append(s, batches, [], None, now_ms())
+
+    return build
+
+
 # --- the writers -----------------------------------------------------------------------------
+
+
+#: Columns of a typed table's read that a write ignores (``partition`` routes the row,
+#: ``timestamp`` is its timestamp; ``offset`` is assigned at commit).
+TYPED_IGNORED = ("partition", "offset")
+
+
+def typed_write_layout(layout: TypedLayout, schema: StructType, merge: bool) -> TypedLayout:
+    """The layout a typed table is written with from a DataFrame of ``schema``: the table's,
+    or with ``mergeSchema`` its evolution holding the DataFrame's columns.
+
+    Raises:
+        SchemaMismatchError: A column the table does not have (without ``mergeSchema``), a
+            column whose type does not fit, or an evolution that is not allowed.
+    """
+    arrow = spark_to_arrow(schema)
+    system = {*TYPED_IGNORED, "timestamp"}
+    data = pa.schema([f for f in arrow if f.name not in system])
+    unknown = [n for n in data.names if n not in layout.schema.names]
+    target = layout.schema
+    if unknown and not merge:
+        raise SchemaMismatchError(
+            f"column {unknown[0]!r} is not a column of the table ({layout.schema.names}); "
+            "write with option mergeSchema=true to add it"
+        )
+    if merge:
+        target = merge_schemas(layout.schema, data)
+    for f in data:
+        want = target.field(f.name).type
+        if not castable(f.type, want):
+            raise SchemaMismatchError(
+                f"column {f.name!r} of type {f.type} cannot be stored as {want}"
+            )
+    return TypedLayout(target, layout.key_columns)
+
+
+def with_schema(
+    build: Callable[[TableSnapshot], CommitPlan[T]], schema: pa.Schema
+) -> Callable[[TableSnapshot], CommitPlan[T]]:
+    """``build``, committing ``schema`` too (a ``metadata`` action) when the newest
+    snapshot's schema is not it already: a ``mergeSchema`` write's evolution lands in the
+    same log version as its data, re-checked against every snapshot it rebases onto.
+
+    Raises:
+        SchemaMismatchError: A concurrent change left ``schema`` no evolution of the newest.
+    """
+
+    def wrapped(s: TableSnapshot) -> CommitPlan[T]:
+        plan = build(s)
+        layout = layout_of(s.metadata)
+        assert s.metadata is not None and layout is not None
+        if not plan.actions or layout.schema.equals(schema):
+            return plan
+        check_evolution(layout.schema, schema)
+        metadata = replace(s.metadata, schema=schema_to_json(schema))
+        return CommitPlan([metadata, *plan.actions], plan.result, plan.operation)
+
+    return wrapped
 
 
 class TxnTableWriter(DataSourceArrowWriter):
     """Batch append: every task's segments become visible in one log version, or none do."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        check_input_schema(schema)
         self.opts = opts
         snap = open_table(opts.location).snapshot()
+        table_layout = layout_of(snap.metadata)
+        #: A typed table's layout the tasks write with (``None``: Kafka's record).
+        self.layout: TypedLayout | None = None
+        if table_layout is not None:
+            self.layout = typed_write_layout(table_layout, schema, opts.merge_schema)
+        else:
+            check_input_schema(schema)
         self.num_partitions = snap.num_partitions
         self.start_version = snap.version
         self.write_id = uuid.uuid4().hex
@@ -419,7 +514,7 @@ class TxnTableWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments (invisible until the driver commits)."""
-        return write_task(iterator, self.opts, self.num_partitions, self.write_id)
+        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: commit all segments as one log version (no version if nothing was written).
@@ -436,6 +531,8 @@ class TxnTableWriter(DataSourceArrowWriter):
         opts = self.opts
         if opts.txn_app_id is not None and opts.txn_version is not None:
             build = app_txn_append(batches, opts.txn_app_id, opts.txn_version, "WRITE")
+            if self.layout is not None:
+                build = with_schema(build, self.layout.schema)
             plan, version = table.commit(build)
             if plan.result is None:
                 self.skipped = True
@@ -444,6 +541,10 @@ class TxnTableWriter(DataSourceArrowWriter):
             else:
                 self.committed_version = version
                 committed = {b.path for b in batches}
+        elif self.layout is not None:
+            append = plain_append(batches)
+            _, self.committed_version = table.commit(with_schema(append, self.layout.schema))
+            committed = {b.path for b in batches}
         else:
             _, self.committed_version = table.append(batches)
             committed = {b.path for b in batches}
@@ -514,17 +615,22 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
     """Exactly-once micro-batch sink: one log version per batch, tagged ``AppTxn(app, batch)``."""
 
     def __init__(self, opts: WriteOptions, schema: StructType, app_id: str) -> None:
-        check_input_schema(schema)
         self.opts = opts
         self.app_id = app_id
         snap = open_table(opts.location).snapshot()
+        table_layout = layout_of(snap.metadata)
+        self.layout: TypedLayout | None = None
+        if table_layout is not None:
+            self.layout = typed_write_layout(table_layout, schema, opts.merge_schema)
+        else:
+            check_input_schema(schema)
         self.num_partitions = snap.num_partitions
         self.write_id = uuid.uuid4().hex
         self.last_result: str | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments of the micro-batch."""
-        return write_task(iterator, self.opts, self.num_partitions, self.write_id)
+        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: commit the micro-batch unless ``batchId`` was already applied."""
@@ -533,7 +639,10 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
         if not batches:
             self.last_result = "empty"
             return
-        plan, _ = table.commit(app_txn_append(batches, self.app_id, batchId, "STREAMING UPDATE"))
+        build = app_txn_append(batches, self.app_id, batchId, "STREAMING UPDATE")
+        if self.layout is not None:
+            build = with_schema(build, self.layout.schema)
+        plan, _ = table.commit(build)
         if plan.result is None:
             self.last_result = "skipped"
             _delete(table.store, [b.path for b in batches])

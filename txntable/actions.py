@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Literal
 from txntable.errors import CorruptLogError, UnsupportedProtocolError
 
 #: Highest reader/writer protocol version this client implements.
-READER_VERSION = 2
-WRITER_VERSION = 2
+READER_VERSION = 3
+WRITER_VERSION = 3
 #: Protocol of a table that holds merged segments, producer expiry or a truncated log (v2).
 MAINTENANCE_PROTOCOL_VERSION = 2
 #: Protocol new tables and group logs are created with: what they need until maintenance
@@ -51,6 +51,9 @@ class Field:
     name: str
     type: str
     nullable: bool = True
+    #: Fields of a nested type of a typed table (``list``: one, ``map``: key and value,
+    #: ``struct``: its fields); empty otherwise and absent from the JSON.
+    children: tuple[Field, ...] = ()
 
 
 DEFAULT_RECORD_SCHEMA: tuple[Field, ...] = (
@@ -72,6 +75,11 @@ class Metadata:
     schema: tuple[Field, ...] = DEFAULT_RECORD_SCHEMA
     createdTime: int = 0
     configuration: dict[str, str] = field(default_factory=dict)
+    #: A typed table (protocol v3): ``schema`` is the user's columns (see
+    #: :mod:`txntable.schema`). Absent from the JSON when false.
+    typed: bool = False
+    #: Columns of a typed table whose values are the record's key. Absent when empty.
+    keyColumns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -323,10 +331,35 @@ def action_to_dict(action: Action) -> dict[str, Any]:
     if isinstance(action, Batch) and action.transactionalId is None:
         del body["transactionalId"]  # optional: absent rather than null
     if isinstance(action, Metadata):
-        body["schema"] = [asdict(f) for f in action.schema]
+        body["schema"] = [_field_to_dict(f) for f in action.schema]
+        if not action.typed:
+            del body["typed"]  # optional: a v2 table's metadata is as v2 wrote it
+        if action.keyColumns:
+            body["keyColumns"] = list(action.keyColumns)
+        else:
+            del body["keyColumns"]
     if isinstance(action, ProducerSnapshot):
         body["batches"] = [list(b) for b in action.batches]
     return {action.NAME: body}
+
+
+def _field_to_dict(f: Field) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": f.name, "type": f.type, "nullable": f.nullable}
+    if f.children:
+        out["children"] = [_field_to_dict(c) for c in f.children]
+    return out
+
+
+def _field_from_dict(f: Any) -> Field:
+    if not isinstance(f, dict) or not isinstance(f["name"], str) or not isinstance(
+        f["type"], str
+    ):
+        raise TypeError(f"field {f!r:.100} is not an object with string name and type")
+    nullable = f.get("nullable", True)
+    children = f.get("children", [])
+    if not isinstance(nullable, bool) or not isinstance(children, list):
+        raise TypeError(f"field {f['name']!r}: nullable must be a bool, children a list")
+    return Field(f["name"], f["type"], nullable, tuple(_field_from_dict(c) for c in children))
 
 
 def encode_actions(actions: list[Action]) -> bytes:
@@ -369,6 +402,8 @@ def _check_type(name: str, key: str, value: Any, annotation: str, path: str | No
         )
     elif ann.startswith("tuple[Field"):
         ok = isinstance(value, list)
+    elif ann.startswith("tuple[str"):
+        ok = isinstance(value, list) and all(isinstance(x, str) for x in value)
     elif ann.startswith("tuple[tuple[int"):
         ok = isinstance(value, list) and all(
             isinstance(b, list)
@@ -405,10 +440,9 @@ def action_from_dict(obj: Any, path: str | None = None) -> Action:
             raise CorruptLogError(f"action {name}: missing required field {f.name}", path)
     if cls is Metadata:
         try:
-            kwargs["schema"] = tuple(
-                Field(str(f["name"]), str(f["type"]), bool(f.get("nullable", True)))
-                for f in kwargs.get("schema", [asdict(x) for x in DEFAULT_RECORD_SCHEMA])
-            )
+            if "schema" in kwargs:
+                kwargs["schema"] = tuple(_field_from_dict(f) for f in kwargs["schema"])
+            kwargs["keyColumns"] = tuple(kwargs.get("keyColumns", ()))
         except (KeyError, TypeError) as e:
             raise CorruptLogError(f"metadata: invalid schema ({e})", path) from None
     if cls is ProducerSnapshot and "batches" in kwargs:
@@ -437,6 +471,16 @@ def _check_ranges(action: Action, path: str | None) -> None:
             bad = "firstOffset negative or after lastOffset"
     elif isinstance(action, Metadata) and action.partitions <= 0:
         bad = "partitions must be positive"
+    elif isinstance(action, Metadata) and action.typed:
+        from txntable.errors import SchemaMismatchError
+        from txntable.schema import normalize_schema, schema_from_json
+
+        try:
+            normalize_schema(schema_from_json(action.schema), action.keyColumns)
+        except SchemaMismatchError as e:
+            bad = f"invalid record schema ({e})"
+    elif isinstance(action, Metadata) and action.keyColumns:
+        bad = "keyColumns on a table without a record schema of its own"
     elif isinstance(action, Segment):
         if (
             action.partition < 0

@@ -21,11 +21,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import IO, Any, NoReturn, TypeVar
 
 import click
+import pyarrow as pa
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -34,14 +35,16 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from txntable import __version__
+from txntable.actions import Field
 from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
-from txntable.errors import TxnTableError
+from txntable.errors import SerializationError, TxnTableError
 from txntable.futures import FutureRecordMetadata
 from txntable.groups import GroupDescription, OffsetAndMetadata
 from txntable.log import now_ms
 from txntable.merge import RewriteReport
 from txntable.producer import Producer
 from txntable.records import ConsumerRecord, RecordMetadata, TopicPartition
+from txntable.schema import TypedLayout, record_from_json, schema_to_json, value_to_json
 from txntable.table import TableDescription
 from txntable.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.verify import RULES, VerifyReport, Violation
@@ -298,6 +301,21 @@ def cli(ctx: click.Context, options: dict[str, str], color: str, read_only: bool
     help="Table configuration (repeatable), e.g. -c checkpoint.interval=100.",
 )
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the table exists already.")
+@click.option(
+    "--schema",
+    "schema_json",
+    metavar="JSON|@FILE",
+    help="Make a typed table: its columns as the JSON of metadata.schema (a list of "
+    '{"name", "type", "nullable", "children"}), inline or @path of a file.',
+)
+@click.option(
+    "-k",
+    "--key",
+    "key_columns",
+    multiple=True,
+    metavar="COLUMN",
+    help="Key column of a typed table (repeatable): the partitioner hashes it.",
+)
 @_json_flag
 def create(
     warehouse: str,
@@ -306,14 +324,23 @@ def create(
     partitions: int,
     configuration: dict[str, str],
     if_not_exists: bool,
+    schema_json: str | None,
+    key_columns: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Create TABLE with N partitions."""
+    """Create TABLE with N partitions (Kafka's record, or with --schema a typed table)."""
     from txntable.errors import TableExistsError
 
+    schema = _parse_schema_option(schema_json) if schema_json is not None else None
     wh = _open(warehouse, options)
     try:
-        created = wh.create_table(table, partitions=partitions, configuration=configuration)
+        created = wh.create_table(
+            table,
+            partitions=partitions,
+            configuration=configuration,
+            schema=schema,
+            key=list(key_columns),
+        )
     except TableExistsError:
         if not if_not_exists:
             raise
@@ -325,6 +352,29 @@ def create(
     snap = created.snapshot()
     assert snap.metadata is not None
     _print_created(snap.metadata.tableId, table, partitions, True, as_json)
+
+
+def _parse_schema_option(text: str) -> pa.Schema:
+    """The ``--schema`` option: JSON fields, inline or ``@file``."""
+    from txntable.actions import Metadata, action_from_dict
+    from txntable.errors import CorruptLogError
+    from txntable.schema import schema_from_json
+
+    if text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise click.BadParameter(str(e), param_hint="--schema") from None
+    try:
+        fields = json.loads(text)
+        meta = action_from_dict(
+            {"metadata": {"tableId": "-", "name": "-", "partitions": 1, "schema": fields}}
+        )
+    except (json.JSONDecodeError, CorruptLogError) as e:
+        raise click.BadParameter(f"not a JSON list of fields: {e}", param_hint="--schema") from None
+    assert isinstance(meta, Metadata)
+    return schema_from_json(meta.schema)
 
 
 def _print_created(table_id: str, name: str, partitions: int, created: bool, as_json: bool) -> None:
@@ -363,9 +413,34 @@ def describe(
     segments."""
     d = _open(warehouse, options).table(table).describe()
     if as_json:
-        _print_json(asdict(d))
+        out = asdict(replace(d, schema=None))
+        out["schema"] = (
+            None
+            if d.schema is None
+            else [_field_json(f) for f in schema_to_json(d.schema)]
+        )
+        _print_json(out)
         return
     _print_description(d, producers)
+
+
+def _field_json(f: Field) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": f.name, "type": f.type, "nullable": f.nullable}
+    if f.children:
+        out["children"] = [_field_json(c) for c in f.children]
+    return out
+
+
+def _type_text(f: Field) -> str:
+    """A field's type as one line: ``list<int32>``, ``struct<a: string not null>``."""
+    if f.type == "list":
+        return f"list<{_type_text(f.children[0])}>"
+    if f.type == "map":
+        return f"map<{_type_text(f.children[0])}, {_type_text(f.children[1])}>"
+    if f.type == "struct":
+        inner = ", ".join(f"{c.name}: {_type_text(c)}" for c in f.children)
+        return f"struct<{inner}>"
+    return f.type + ("" if f.nullable else " not null")
 
 
 def _print_description(d: TableDescription, producers: bool) -> None:
@@ -394,6 +469,13 @@ def _print_description(d: TableDescription, producers: bool) -> None:
             _text(_bytes(p.segment_bytes)),
         )
     cli.print_table(t)
+    if d.schema is not None:
+        t = cli.table("COLUMN", "TYPE", "NULLABLE", "KEY", title="Schema")
+        for f in schema_to_json(d.schema):
+            text = _type_text(f).removesuffix(" not null")
+            key = "yes" if f.name in d.key_columns else ""
+            t.add_row(_text(f.name), _text(text), _text("yes" if f.nullable else "no"), _text(key))
+        cli.print_table(t)
     opened = [(p.partition, o) for p in d.partitions for o in p.open_transactions]
     if opened:
         t = cli.table(
@@ -596,7 +678,12 @@ def produce(
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     cli = _cli()
     wh = _open(warehouse, options)
-    wh.table(table)  # fail fast, before reading any input
+    layout = wh.table(table).layout  # fail fast, before reading any input
+    if layout is not None and (key_separator is not None or headers):
+        raise click.UsageError(
+            "a typed table reads JSON objects of its columns: --key-separator and --header "
+            "do not apply"
+        )
     common = [(k, v.encode()) for k, v in headers.items()]
     sep = key_separator.encode() if key_separator is not None else None
     producer = Producer(wh, transactional_id=transactional_id)
@@ -610,6 +697,24 @@ def produce(
         with progress or nullcontext():
             task = progress.add_task("producing", total=size) if progress else None
             for n, line, read in _lines(input_file):
+                if layout is not None:
+                    try:
+                        typed = _parse_typed_record(line, layout, encoding)
+                        if typed is not None:
+                            value, at, to = typed
+                            futures.append(
+                                producer.send(
+                                    table,
+                                    value,  # type: ignore[arg-type]
+                                    partition=to if to is not None else partition,
+                                    timestamp=at,
+                                )
+                            )
+                    except (ValueError, UnicodeDecodeError, SerializationError) as e:
+                        _abandon(producer, transactional_id, futures, f"line {n}: {e}")
+                    if progress is not None and task is not None:
+                        progress.update(task, advance=read)
+                    continue
                 try:
                     rec = (
                         _parse_json_record(line, encoding)
@@ -653,6 +758,31 @@ def produce(
             t.add_row(*(_text(p[k]) for k in ("partition", "records", "first_offset",
                                                "last_offset")))
         cli.print_table(t)
+
+
+def _parse_typed_record(
+    line: bytes, layout: TypedLayout, encoding: str
+) -> tuple[dict[str, Any], int | None, int | None] | None:
+    """A typed table's input line: a JSON object of its columns, with optional system
+    fields ``timestamp`` (int ms) and ``partition``; ``None`` for a blank line.
+
+    Raises:
+        ValueError: Not a JSON object, or a value not readable as its column's type.
+    """
+    text = line.decode()
+    if not text.strip():
+        return None
+    obj = json.loads(text)
+    if not isinstance(obj, dict):
+        raise ValueError("a typed table's input line must be a JSON object of its columns")
+    at = obj.pop("timestamp", None)
+    to = obj.pop("partition", None)
+    obj.pop("offset", None)  # a consumed line written back
+    for name, v in (("timestamp", at), ("partition", to)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise ValueError(f"{name} must be a non-negative integer, not {v!r}")
+    value = record_from_json(obj, layout, lambda t: _decode_text(t, encoding, "binary value"))
+    return value, at, to
 
 
 def _size(stream: IO[bytes]) -> int | None:
@@ -838,7 +968,7 @@ def consume(
     if not follow:
         for tp, end in consumer.end_offsets(tps).items():
             stop[tp] = end if until is None else min(until, end)
-    printer = _record_printer(fmt, encoding)
+    printer = _typed_printer if handle.layout is not None else _record_printer(fmt, encoding)
     count = 0
     reached: dict[TopicPartition, int] = {}
     idle_since = time.monotonic()
@@ -889,6 +1019,15 @@ def consume(
 
 def _done(position: int, stop: int | None) -> bool:
     return stop is not None and position >= stop
+
+
+def _typed_printer(r: ConsumerRecord) -> None:
+    """A typed table's record as one JSON line: its columns, then partition, offset and
+    timestamp (what ``produce`` reads back)."""
+    assert isinstance(r.value, dict)
+    row = {k: value_to_json(v) for k, v in r.value.items()}
+    row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
+    click.echo(json.dumps(row, ensure_ascii=False))
 
 
 def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]:
@@ -1029,13 +1168,52 @@ def groups(
                     "group_id": d.group_id,
                     "version": d.version,
                     "offsets": [{**asdict(o), "lag": o.lag} for o in d.offsets],
+                    "generation": d.generation,
+                    "assignor": d.assignor,
+                    "members": [
+                        {
+                            **asdict(m),
+                            "subscription": list(m.subscription),
+                            "assignment": _partitions_json(m.assignment),
+                            "owned": _partitions_json(m.owned),
+                        }
+                        for m in d.members
+                    ],
                 }
                 for d in found
             ]
         )
         return
     cli = _cli()
-    t = cli.table("GROUP", "TABLE", "PARTITION", "OFFSET", "LSO", "HW", "LAG", "PENDING")
+    now = now_ms()
+    owners = {
+        (d.group_id, t, p): m.member_id for d in found for m in d.members for t, p in m.assignment
+    }
+    if any(d.members for d in found):
+        mt = cli.table(
+            "GROUP", "GENERATION", "ASSIGNOR", "MEMBER", "INSTANCE", "ASSIGNMENT", "ACKED",
+            "HEARTBEAT",
+        )
+        for d in found:
+            for m in d.members:
+                mt.add_row(
+                    _text(d.group_id),
+                    _text(d.generation),
+                    _text(d.assignor or "-"),
+                    _text(m.member_id),
+                    _text(m.group_instance_id or "-"),
+                    _text(_partitions_text(m.assignment) or "-"),
+                    _text(
+                        "yes" if m.acked_generation == d.generation else f"{m.acked_generation}",
+                        "" if m.acked_generation == d.generation else "yellow",
+                    ),
+                    _text(_age(max(now - m.last_heartbeat, 0)) + " ago"),
+                )
+        cli.print_table(mt)
+    # The MEMBER column only for groups with members (subscribe); assign-only groups have none.
+    with_members = any(d.members for d in found)
+    columns = ["GROUP", "TABLE", "PARTITION", "OFFSET", "LSO", "HW", "LAG", "PENDING"]
+    t = cli.table(*columns, *(["MEMBER"] if with_members else []))
     for d in found:
         for o in d.offsets:
             t.add_row(
@@ -1051,8 +1229,26 @@ def groups(
                     else f"producer {o.pending_producer_id}",
                     "magenta",
                 ),
+                *(
+                    [_text(owners.get((d.group_id, o.table, o.partition), "-"))]
+                    if with_members
+                    else []
+                ),
             )
     cli.print_table(t)
+
+
+def _partitions_json(tps: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for table, p in tps:
+        out.setdefault(table, []).append(p)
+    return out
+
+
+def _partitions_text(tps: tuple[tuple[str, int], ...]) -> str:
+    return " ".join(
+        f"{table}[{','.join(map(str, ps))}]" for table, ps in _partitions_json(tps).items()
+    )
 
 
 # --- maintenance ----------------------------------------------------------------------------

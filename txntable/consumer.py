@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -55,10 +55,12 @@ from txntable.records import (
     check_topic_partitions,
     rows_to_records,
 )
+from txntable.schema import TypedLayout, layout_of
 from txntable.snapshot import PartitionState
 from txntable.subscription import ConsumerRebalanceListener, Subscription
 from txntable.table import Table
 from txntable.timestamps import OffsetAndTimestamp, offset_for_time
+from txntable.typed import rows_to_dict_records
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -476,10 +478,16 @@ class Consumer:
                 is ``none``.
             MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
-        return {
-            tp: rows_to_records(rows, offsets.tolist(), tp.topic, tp.partition)
-            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
-        }
+        out = {}
+        for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
+            layout = self._layout(tp)
+            if layout is None:
+                out[tp] = rows_to_records(rows, offsets.tolist(), tp.topic, tp.partition)
+            else:  # a typed table: value is a dict of the user's columns
+                out[tp] = rows_to_dict_records(
+                    rows, offsets.tolist(), tp.topic, tp.partition, layout
+                )
+        return out
 
     def poll_arrow(
         self, timeout_ms: int = 0, max_records: int | None = None
@@ -487,17 +495,28 @@ class Consumer:
         """:meth:`poll`, with each partition's records as one Arrow table.
 
         The tables have the columns of ``Table.scan`` (key, value, topic, partition,
-        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`). Positions move
+        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`; a typed table's
+        columns, then partition, offset and timestamp). Positions move
         exactly as :meth:`poll` moves them, past markers and aborted batches included.
 
         Raises:
             OffsetOutOfRangeError: As :meth:`poll`.
             MissingSegmentError: As :meth:`poll`.
         """
-        return {
-            tp: to_output(rows, offsets, tp.partition, tp.topic)
-            for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items()
-        }
+        out = {}
+        for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
+            layout = self._layout(tp)
+            if layout is None:
+                out[tp] = to_output(rows, offsets, tp.partition, tp.topic)
+            else:
+                out[tp] = layout.output(rows, offsets, tp.partition)
+        return out
+
+    def _layout(self, tp: Hashable) -> TypedLayout | None:
+        """The layout of a typed table's partition at the handle's snapshot (``None``:
+        Kafka's record)."""
+        assert isinstance(tp, TopicPartition)
+        return layout_of(self._table(tp.topic).snapshot(refresh=False).metadata)
 
     def _poll(self, timeout_ms: int, max_records: int | None) -> dict[TopicPartition, Fetched]:
         self._check_open()
@@ -611,7 +630,9 @@ class Consumer:
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:
             reader = SegmentReader(self.warehouse.store)
-            self._cache = SegmentCache(reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT)
+            self._cache = SegmentCache(
+                reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT, self._layout
+            )
         return self._cache
 
     def _forget_read_ahead(self, tp: TopicPartition) -> None:

@@ -40,6 +40,7 @@ from txntable.retention import (
     plan_expiry,
     plan_retention,
 )
+from txntable.schema import layout_of
 from txntable.snapshot import TableSnapshot
 from txntable.vacuum import first_version_since, new_segment_name, version_time
 
@@ -162,6 +163,7 @@ def rewrite(
     clock = now_ms() if now is None else now
     snap = table.snapshot()
     cfg = MaintenanceConfig.of(snap)
+    layout = layout_of(snap.metadata)  # a typed table's segments are rewritten in its schema
     target = cfg.segment_bytes if target_bytes is None else target_bytes
     report = RewriteReport()
     outputs = []
@@ -173,7 +175,7 @@ def rewrite(
             continue
         compaction = None
         if compact:
-            latest = latest_offsets(table.store, runs)
+            latest = latest_offsets(table.store, runs, layout)
             compaction = Compaction(latest, clock, cfg.delete_retention_ms)
         for run in runs:
             segment, kept, dropped = rewrite_run(
@@ -182,6 +184,7 @@ def rewrite(
                 part.log_start_offset,
                 lambda p: table.segment_key(p, new_segment_name()),
                 compaction,
+                layout,
             )
             if segment.path:
                 report.written_paths.append(segment.path)

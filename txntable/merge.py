@@ -41,8 +41,10 @@ from txntable.records import (
     encode_table,
     read_segment,
 )
+from txntable.schema import TypedLayout, fill_required
 from txntable.snapshot import Entry, PartitionState, TableSnapshot, entry_size
 from txntable.storage.base import Store
+from txntable.typed import read_typed
 
 
 @dataclass(frozen=True)
@@ -195,13 +197,21 @@ def upgrade_protocol(snap: TableSnapshot) -> list[Action]:
     ]
 
 
-def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
-    """An entry's records with their offsets (merged-segment schema)."""
+def read_entry(
+    store: Store, entry: Batch | Segment, layout: TypedLayout | None = None
+) -> pa.Table:
+    """An entry's records with their offsets (merged-segment schema; a typed table's
+    (``layout``): its merged-segment schema, older segments cast to the current one)."""
     if isinstance(entry, Segment):
         if entry.count == 0:
-            return MERGED_SEGMENT_SCHEMA.empty_table()
+            return merged_schema(layout).empty_table()
+        if layout is not None:
+            return read_typed(store, entry.path, entry.count, True, layout)
         return read_segment(store, entry.path, entry.count, merged=True)
-    table = read_segment(store, entry.path, entry.count)
+    if layout is not None:
+        table = read_typed(store, entry.path, entry.count, False, layout)
+    else:
+        table = read_segment(store, entry.path, entry.count)
     offsets = pa.array(range(entry.baseOffset, entry.next_offset), pa.int64())
     return table.add_column(0, pa.field(OFFSET_COLUMN, pa.int64(), nullable=False), offsets)
 
@@ -210,13 +220,25 @@ def read_entry(store: Store, entry: Batch | Segment) -> pa.Table:
 READ_AHEAD = 8
 
 
-def read_entries(store: Store, entries: Sequence[Batch | Segment]) -> Iterator[pa.Table]:
+def merged_schema(layout: TypedLayout | None) -> pa.Schema:
+    """The schema of a merged segment of the table (typed: of its current schema)."""
+    return MERGED_SEGMENT_SCHEMA if layout is None else layout.merged_segment_schema
+
+
+def record_keys(table: pa.Table, layout: TypedLayout | None) -> pa.ChunkedArray:
+    """The key bytes of read records (typed: from the key columns)."""
+    return table.column("key") if layout is None else layout.keys(table)
+
+
+def read_entries(
+    store: Store, entries: Sequence[Batch | Segment], layout: TypedLayout | None = None
+) -> Iterator[pa.Table]:
     """:func:`read_entry` of each entry, in order, fetched a few at a time in threads."""
     if len(entries) <= 1:
-        yield from (read_entry(store, e) for e in entries)
+        yield from (read_entry(store, e, layout) for e in entries)
         return
     with ThreadPoolExecutor(min(READ_AHEAD, len(entries))) as pool:
-        yield from pool.map(lambda e: read_entry(store, e), entries)
+        yield from pool.map(lambda e: read_entry(store, e, layout), entries)
 
 
 @dataclass
@@ -254,7 +276,9 @@ def _fold(tables: list[pa.Table]) -> pa.Table:
     return pa.table({"key": grouped["key"], OFFSET_COLUMN: grouped[f"{OFFSET_COLUMN}_max"]})
 
 
-def latest_offsets(store: Store, runs: Sequence[Run]) -> np.ndarray:
+def latest_offsets(
+    store: Store, runs: Sequence[Run], layout: TypedLayout | None = None
+) -> np.ndarray:
     """Offsets of the latest committed record of every non-null key in ``runs`` (sorted).
 
     Kafka's cleaner builds this offset map too. Here it lives in Arrow columns: each
@@ -271,8 +295,9 @@ def latest_offsets(store: Store, runs: Sequence[Run]) -> np.ndarray:
     ]
     folded: list[pa.Table] = []
     pending = 0
-    for table in read_entries(store, entries):
-        pairs = pa.table({"key": table["key"], OFFSET_COLUMN: table[OFFSET_COLUMN]})
+    for table in read_entries(store, entries, layout):
+        keys = record_keys(table, layout)
+        pairs = pa.table({"key": keys, OFFSET_COLUMN: table[OFFSET_COLUMN]})
         pairs = pairs.filter(pc.is_valid(pairs["key"]))  # null keys are never compacted
         folded.append(pairs)
         pending += pairs.num_rows
@@ -290,6 +315,7 @@ def rewrite_run(
     log_start: int,
     new_path: Callable[[int], str],
     compaction: Compaction | None = None,
+    layout: TypedLayout | None = None,
 ) -> tuple[Segment, int, int]:
     """Write the merged segment of ``run``; return it, records kept and records dropped.
 
@@ -302,15 +328,19 @@ def rewrite_run(
     inputs = [(e, v) for e, v in pairs if not isinstance(e, Marker)]
     wanted = [e for e, v in inputs if v]
     dropped = sum(e.count for e, v in inputs if not v)  # aborted: never read
-    for entry, table in zip(wanted, read_entries(store, wanted), strict=True):
+    for entry, table in zip(wanted, read_entries(store, wanted, layout), strict=True):
         mask = pc.greater_equal(table.column(OFFSET_COLUMN), log_start)
         if compaction is not None:
             latest = compaction.keeps(table.column(OFFSET_COLUMN).to_numpy())
-            keep = pc.or_(pc.is_null(table.column("key")), pa.array(latest, pa.bool_()))
+            keys = record_keys(table, layout)
+            keep = pc.or_(pc.is_null(keys), pa.array(latest, pa.bool_()))
             mask = pc.and_(mask, keep)
-            # A tombstone deletes its key; a null-key record is never compacted, so a null
-            # value under a null key is an ordinary record.
-            tombstone = pc.and_(pc.is_null(table.column("value")), pc.is_valid(table["key"]))
+            if layout is None:
+                # A tombstone deletes its key; a null-key record is never compacted, so a
+                # null value under a null key is an ordinary record.
+                tombstone = pc.and_(pc.is_null(table.column("value")), pc.is_valid(keys))
+            else:  # a typed record is never a tombstone
+                tombstone = pa.array(np.zeros(table.num_rows, dtype=bool))
             expired = (
                 isinstance(entry, Segment)
                 and entry.compacted
@@ -332,13 +362,14 @@ def rewrite_run(
     merged = (
         pa.concat_tables(pieces).combine_chunks()
         if pieces
-        else MERGED_SEGMENT_SCHEMA.empty_table()
+        else merged_schema(layout).empty_table()
     )
     count = merged.num_rows
     path, size, lo, hi = "", 0, 0, 0
     if count:
         path = new_path(run.partition)
-        data = encode_table(merged.cast(MERGED_SEGMENT_SCHEMA))
+        out = merged.cast(merged_schema(layout))
+        data = encode_table(out if layout is None else fill_required(out))
         store.put_data_file(path, data)
         size = len(data)
         stamps = merged.column("timestamp").cast(pa.int64())

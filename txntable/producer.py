@@ -18,10 +18,10 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from threading import get_ident as _get_ident
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -78,8 +78,11 @@ from txntable.records import (
 )
 from txntable.recovery import StuckTransactionFinisher
 from txntable.retry import retry_transient
+from txntable.schema import TypedLayout, check_record
+from txntable.schema import record_sizes as typed_record_sizes
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
+from txntable.typed import segment_rows, typed_columns
 from txntable.vacuum import new_segment_name
 from txntable.warehouse import Warehouse, require_warehouse
 
@@ -238,6 +241,10 @@ class Producer:
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._num_partitions: dict[str, int] = {}
+        #: Typed tables sent to: their layouts and per-column value checkers.
+        self._typed: set[str] = set()
+        self._layouts: dict[str, TypedLayout] = {}
+        self._checkers: dict[str, dict[str, Callable[[Any], None]]] = {}
         # Records larger than this are refused (they could never be buffered or sent).
         self._record_limit = min(max_request_size, buffer_memory)
         # send() seals a table's column lists once they hold this many record bytes, so
@@ -556,6 +563,11 @@ class Producer:
             table = self._tables.get(topic) or self._blocking(
                 f"loading table {topic}", lambda: self._table(topic)
             )
+            layout = table.layout
+            if layout is not None:
+                self._checkers[topic] = layout.checkers()
+                self._layouts[topic] = layout
+                self._typed.add(topic)
             n = self._num_partitions[topic] = table.num_partitions
         return n
 
@@ -602,6 +614,8 @@ class Producer:
         size = RECORD_OVERHEAD
         if value is not None:
             if value.__class__ is not bytes:
+                if isinstance(value, Mapping):
+                    return self._send_typed(topic, value, key, partition, headers, timestamp)
                 value = _as_bytes("value", value)
             size += len(value)
         if key is not None:
@@ -621,6 +635,10 @@ class Producer:
         if size > self._record_limit:
             raise self._too_large(size)
         num_partitions = self._num_partitions.get(topic) or self._partition_count(topic)
+        if topic in self._typed:
+            raise SerializationError(
+                f"table {topic} has a record schema: send its record as a dict of columns"
+            )
         if partition is None:
             partition = -1
         elif not 0 <= partition < num_partitions:
@@ -660,6 +678,103 @@ class Producer:
                 self._cond.notify_all()
         return FutureRecordMetadata(columns.result, index)
 
+    def _send_typed(
+        self,
+        topic: str,
+        value: Mapping[str, Any],
+        key: object,
+        partition: int | None,
+        headers: object,
+        timestamp: int | None,
+    ) -> FutureRecordMetadata:
+        """``send`` of a record of a typed table: a dict of its columns, checked now.
+
+        Raises:
+            SerializationError: The table is not typed, ``key`` or ``headers`` were given
+                (a typed record's key is its key columns; it has no headers), a column is
+                unknown (after reloading the table's schema once), missing though not null,
+                or holds a value of the wrong type.
+        """
+        if key is not None or headers:
+            raise SerializationError(
+                "a typed table's record has no key or headers argument: its key is its key "
+                "columns"
+            )
+        if timestamp is None:
+            timestamp = int(_time() * 1000)
+        elif timestamp.__class__ is not int or timestamp < 0:
+            raise SerializationError("timestamp must be a non-negative int of milliseconds")
+        if topic.__class__ is not str or (partition is not None and partition.__class__ is not int):
+            _check_target(topic, partition)
+        num_partitions = self._num_partitions.get(topic) or self._partition_count(topic)
+        layout = self._layouts.get(topic)
+        if layout is None:
+            raise SerializationError(
+                f"table {topic} has Kafka's record: value must be bytes, not {type(value).__name__}"
+            )
+        try:
+            size = RECORD_OVERHEAD + check_record(value, layout, self._checkers[topic])
+        except SerializationError:
+            if not self._reload_layout(topic):
+                raise
+            return self._send_typed(topic, value, key, partition, headers, timestamp)
+        if size > self._record_limit:
+            raise self._too_large(size)
+        if partition is None:
+            partition = -1
+        elif not 0 <= partition < num_partitions:
+            raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
+        row_memory = size + PY_RECORD_OVERHEAD
+        record = dict(value)  # the caller may reuse its dict
+        ident = _get_ident()
+        while True:  # as send(): lock-free appends to this thread's lists
+            columns = self._open.get(topic)
+            if columns is None or columns.budget < row_memory:
+                columns = self._make_room(topic, row_memory)
+            inside = columns.inside
+            inside.append(None)
+            if columns.closed:
+                inside.pop()
+                continue
+            mine = columns.threads.get(ident) or columns.for_thread(ident)
+            index = len(mine.keys)
+            mine.keys.append(None)  # computed from the key columns when sealed
+            mine.values.append(record)  # type: ignore[arg-type]
+            mine.timestamps.append(timestamp)
+            mine.partitions.append(partition)
+            mine.record_bytes += size
+            buffered = mine.record_bytes
+            columns.budget -= row_memory
+            inside.pop()
+            break
+        if mine.slot:
+            index |= mine.slot << 32
+        if buffered >= self._seal_bytes:
+            self._seal(topic)
+        if index == 0 or (buffered >= self.batch_size > buffered - size):
+            with self._cond:
+                self._cond.notify_all()
+        return FutureRecordMetadata(columns.result, index)
+
+    def _reload_layout(self, topic: str) -> bool:
+        """Reload a typed table's schema (another client may have evolved it); records
+        buffered under the older one are sealed first. Whether it changed."""
+        table = self._table(topic)
+        self._blocking(f"loading table {topic}", table.snapshot)
+        layout = table.layout
+        if layout is None or layout == self._layouts.get(topic):
+            return False
+        self._seal(topic)
+        self._checkers[topic] = layout.checkers()
+        self._layouts[topic] = layout
+        return True
+
+    def _keys(self, topic: str, rows: pa.Table) -> pa.ChunkedArray:
+        """The partitioner's keys of segment rows (a typed table's come from its key
+        columns)."""
+        layout = self._layouts.get(topic)
+        return rows.column("key") if layout is None else layout.keys(rows)
+
     def send_batch(
         self, topic: str, data: object, partition: int | None = None
     ) -> FutureSendBatch:
@@ -698,11 +813,21 @@ class Producer:
         if self.txn is not None:
             self.txn.require("send", _C.IN_TRANSACTION)
         _check_target(topic, partition)
-        table = to_record_table(data, int(_time() * 1000))
         num_partitions = self._partition_count(topic)
+        layout = self._layouts.get(topic)
+        if layout is None:
+            table = to_record_table(data, int(_time() * 1000))
+            sizes = record_sizes(table)
+        else:
+            try:
+                table = layout.conform(data, int(_time() * 1000))
+            except SerializationError:
+                if not self._reload_layout(topic):
+                    raise
+                return self.send_batch(topic, data, partition)
+            sizes = typed_record_sizes(table)
         if partition is not None and not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
-        sizes = record_sizes(table)
         n = table.num_rows
         result = ProduceResult(topic)
         result.start(n, np.asarray(table.column("timestamp").cast(pa.int64())))
@@ -742,7 +867,7 @@ class Producer:
             explicit = None if partition is None else np.full(len(sizes), partition, np.int32)
             try:
                 partitions = choose_partitions(
-                    rows.column("key"),
+                    self._keys(topic, rows),
                     explicit,
                     sizes,
                     topic,
@@ -856,11 +981,16 @@ class Producer:
         n = len(columns)
         result = columns.result
         try:
-            table, timestamps, explicit, bases = columns.columns()
+            layout = self._layouts.get(topic)
+            if layout is None:
+                table, timestamps, explicit, bases = columns.columns()
+                sizes = record_sizes(table)
+            else:
+                table, timestamps, explicit, bases = typed_columns(columns, layout)
+                sizes = typed_record_sizes(table)
             result.bases = bases
-            sizes = record_sizes(table)
             partitions = choose_partitions(
-                table.column("key"),
+                self._keys(topic, table),
                 explicit if (explicit >= 0).any() else None,
                 sizes,
                 topic,
@@ -1109,7 +1239,7 @@ class Producer:
         puts: list[Future[None]] = []
         try:
             for segment, seq in zip(segments, sequences, strict=True):
-                rows = segment.table()
+                rows = segment.table() if topic not in self._typed else segment_rows(segment)
                 data = encode_table(rows)
                 low, high = timestamp_range(rows)
                 path = table.segment_key(segment.partition, new_segment_name())

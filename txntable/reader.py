@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from txntable.errors import CorruptLogError, MissingSegmentError, ObjectNotFoundError
 from txntable.planning import SegmentSlice
 from txntable.records import (
     MERGED_SEGMENT_SCHEMA,
@@ -37,6 +38,7 @@ from txntable.records import (
     merged_offsets,
     read_segment,
 )
+from txntable.schema import TypedLayout
 from txntable.storage.base import Store, StoreWrapper, validate_key
 
 #: Above this size a remote segment is read with ranged requests through pyarrow's file
@@ -56,10 +58,18 @@ class SegmentReader:
     goes through :meth:`Store.get_data_file`, whose errors are the typed ones.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        layout: TypedLayout | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> None:
         from txntable.storage.local import LocalStore
 
         self.store = store
+        #: A typed table's layout (``None``: Kafka's record), and the columns read of it.
+        self.layout = layout
+        self.columns = columns
         self._local = isinstance(store, LocalStore)
         self._fs: tuple[pafs.FileSystem, str] | None = None
         self._fs_lock = threading.Lock()
@@ -76,17 +86,20 @@ class SegmentReader:
                 self._fs_resolved = True
             return self._fs
 
-    def read_segment(self, s: SegmentSlice) -> pa.Table:
+    def read_segment(self, s: SegmentSlice, layout: TypedLayout | None = None) -> pa.Table:
         """The whole segment of ``s``, checked against its batch or merged segment.
 
         A merged segment keeps its ``offset`` column, in one chunk, checked to be strictly
-        increasing inside the segment's range.
+        increasing inside the segment's range. A typed table's segment (``layout``, or the
+        reader's) is read as :meth:`TypedLayout.conform_segment` makes it: only the columns
+        asked for are read from the Parquet file.
 
         Raises:
             MissingSegmentError: If the segment object is gone.
             CorruptLogError: If it is not Parquet.
             SchemaMismatchError: If it does not match its batch or merged segment.
         """
+        layout = layout or self.layout
         direct = self._local or (
             s.size > SMALL_SEGMENT_BYTES and not isinstance(self.store, StoreWrapper)
         )
@@ -97,11 +110,23 @@ class SegmentReader:
             validate_key(s.path)  # as the store would: a log entry must not escape the root
             try:
                 with fs.open_input_file(f"{base}/{s.path}" if base else s.path) as f:
-                    table = pq.ParquetFile(f).read()
-            except (OSError, pa.ArrowInvalid):
+                    if layout is not None:
+                        table = self._read_typed(f, s, layout)
+                    else:
+                        table = pq.ParquetFile(f).read()
+            except (OSError, pa.ArrowInvalid, CorruptLogError):
                 pass  # read again through the store, which raises the typed errors
             else:
-                table = check_segment(table, s.path, s.count, s.merged)
+                if layout is None:
+                    table = check_segment(table, s.path, s.count, s.merged)
+        if table is None and layout is not None:
+            try:
+                data = self.store.get_data_file(s.path)
+            except ObjectNotFoundError:
+                raise MissingSegmentError(
+                    f"segment {s.path} of a committed batch is missing", s.path
+                ) from None
+            table = self._read_typed(pa.BufferReader(data), s, layout)
         if table is None:
             table = read_segment(self.store, s.path, s.count, s.merged)
         if s.merged:
@@ -113,6 +138,21 @@ class SegmentReader:
             merged_offsets(table, s.path, s.base_offset, s.segment_end)
         return table
 
+    def _read_typed(self, source: object, s: SegmentSlice, layout: TypedLayout) -> pa.Table:
+        """Read the wanted columns of a typed table's segment and conform them to ``layout``.
+
+        Raises:
+            CorruptLogError: Not readable Parquet.
+            SchemaMismatchError: See :meth:`TypedLayout.conform_segment`.
+        """
+        try:
+            pf = pq.ParquetFile(source)
+            names = pf.schema_arrow.names
+            table = pf.read(columns=layout.file_columns(names, self.columns, s.merged))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CorruptLogError(f"segment is not readable Parquet ({e})", s.path) from None
+        return layout.conform_segment(table, s.path, s.count, s.merged, self.columns)
+
     def read_slice(self, s: SegmentSlice) -> pa.Table:
         """The rows of ``s`` (segment columns)."""
         return slice_rows(self.read_segment(s), s)[0]
@@ -120,6 +160,8 @@ class SegmentReader:
     def read_output(self, s: SegmentSlice, topic: str, include_headers: bool = True) -> pa.Table:
         """The rows of ``s`` in :data:`~txntable.records.READ_SCHEMA` (or without headers)."""
         rows, offsets = slice_rows(self.read_segment(s), s)
+        if self.layout is not None:
+            return self.layout.output(rows, offsets, s.partition, self.columns)
         return to_output(rows, offsets, s.partition, topic, include_headers)
 
 
@@ -233,8 +275,16 @@ class SegmentCache:
     :meth:`get` only, so a read-ahead of a segment never needed raises nothing.
     """
 
-    def __init__(self, reader: SegmentReader, max_bytes: int, workers: int) -> None:
+    def __init__(
+        self,
+        reader: SegmentReader,
+        max_bytes: int,
+        workers: int,
+        layout_of: Callable[[Hashable], TypedLayout | None] | None = None,
+    ) -> None:
         self.reader = reader
+        #: The layout an owner's segments are read with (typed tables); ``None``: the reader's.
+        self.layout_of = layout_of
         self.max_bytes = max_bytes
         self.workers = workers
         self._entries: dict[str, _Cached] = {}
@@ -250,7 +300,8 @@ class SegmentCache:
     def _submit(self, s: SegmentSlice, owner: Hashable) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="txntable-fetch")
-        future = self._pool.submit(self.reader.read_segment, s)
+        layout = self.layout_of(owner) if self.layout_of is not None else None
+        future = self._pool.submit(self.reader.read_segment, s, layout)
         self._entries[s.path] = _Cached(future, s.size, owner, s.segment_end)
         self._bytes += s.size
 

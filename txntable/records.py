@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise, repeat
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -136,8 +136,10 @@ class ConsumerRecord(NamedTuple):
     topic: str
     partition: int
     offset: int
-    key: bytes | None
-    value: bytes | None
+    #: Kafka's key bytes; for a typed table the dict of its key columns (``None`` without).
+    key: Any
+    #: Kafka's value bytes; for a typed table the dict of the record's columns.
+    value: Any
     headers: list[Header]
     timestamp: int
 

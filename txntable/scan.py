@@ -10,13 +10,13 @@ each in offset order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from txntable import config
-from txntable.errors import InvalidConfigurationError
+from txntable.errors import InvalidConfigurationError, SchemaMismatchError
 from txntable.planning import (
     EARLIEST,
     LATEST,
@@ -29,6 +29,7 @@ from txntable.planning import (
 )
 from txntable.reader import SegmentReader, prefetch
 from txntable.records import READ_SCHEMA
+from txntable.schema import TypedLayout, layout_of
 from txntable.snapshot import TableSnapshot
 
 if TYPE_CHECKING:
@@ -58,8 +59,13 @@ class TableScan:
         version: int | None = None,
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
+        columns: Sequence[str] | None = None,
     ) -> None:
         config.validate_arguments(config.SCAN_ARGUMENTS, locals())
+        if columns is not None and (
+            isinstance(columns, str) or not all(isinstance(c, str) for c in columns)
+        ):
+            raise InvalidConfigurationError(f"columns must be a list of names, not {columns!r}")
         read_committed = isolation_level == READ_COMMITTED
         if partitions is not None:
             partitions = list(dict.fromkeys(partitions))
@@ -87,6 +93,26 @@ class TableScan:
         self.slices: list[SegmentSlice] = slices_in_ranges(
             self.snapshot, self.ranges, read_committed
         )
+        #: A typed table's layout at the snapshot (``None``: Kafka's record).
+        self.layout: TypedLayout | None = layout_of(self.snapshot.metadata)
+        self.columns = None if columns is None else list(columns)
+        self.schema: pa.Schema = self._output_schema()
+
+    def _output_schema(self) -> pa.Schema:
+        if self.layout is not None:
+            return self.layout.read_schema(self.columns)
+        if self.columns is None:
+            return READ_SCHEMA
+        unknown = [c for c in self.columns if c not in READ_SCHEMA.names]
+        if unknown:
+            raise SchemaMismatchError(
+                f"no column {unknown[0]!r}; the columns are {READ_SCHEMA.names}"
+            )
+        return pa.schema([READ_SCHEMA.field(c) for c in self.columns])
+
+    def _reader(self) -> SegmentReader:
+        columns = self.columns if self.layout is not None else None
+        return SegmentReader(self.table.store, self.layout, columns)
 
     def count(self) -> int:
         """Number of records the scan returns.
@@ -98,7 +124,7 @@ class TableScan:
             MissingSegmentError, CorruptLogError, SchemaMismatchError: Reading such a
                 merged segment failed.
         """
-        reader = SegmentReader(self.table.store)  # opens nothing until asked to read
+        reader = self._reader()  # opens nothing until asked to read
         return sum(
             s.rows if s.rows == s.min_rows else reader.read_slice(s).num_rows
             for s in self.slices
@@ -115,11 +141,16 @@ class TableScan:
             MissingSegmentError: A segment of a committed batch is gone.
             CorruptLogError, SchemaMismatchError: A segment does not match its batch.
         """
-        reader = SegmentReader(self.table.store)
+        reader = self._reader()
         topic = self.table.name
+        select = self.layout is None and self.columns is not None
         tables = prefetch(
             self.slices,
-            lambda s: reader.read_output(s, topic),
+            lambda s: (
+                reader.read_output(s, topic).select(self.columns)
+                if select
+                else reader.read_output(s, topic)
+            ),
             min(self.max_workers, len(self.slices)),
             size=lambda s: s.size,
             max_bytes=self.max_bytes_in_flight,
@@ -128,13 +159,14 @@ class TableScan:
             yield from table.to_batches()
 
     def to_arrow(self) -> pa.Table:
-        """All records as one Arrow table in :data:`~txntable.records.READ_SCHEMA`.
+        """All records as one Arrow table in :attr:`schema` (:data:`~txntable.records.READ_SCHEMA`
+        for Kafka's record; a typed table's columns, then partition, offset, timestamp).
 
         Raises:
             MissingSegmentError, CorruptLogError, SchemaMismatchError: See
                 :meth:`to_batches`.
         """
-        return pa.Table.from_batches(list(self.to_batches()), schema=READ_SCHEMA)
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
 
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
         """All records as a pandas DataFrame (needs pandas); ``kwargs`` go to pyarrow."""

@@ -31,7 +31,7 @@ from txntable.actions import (
     Segment,
     check_protocol,
 )
-from txntable.errors import CorruptLogError, UnknownTopicOrPartitionError
+from txntable.errors import CorruptLogError, SchemaMismatchError, UnknownTopicOrPartitionError
 from txntable.producer_state import BatchMetadata, ProducerEntry
 
 Entry = Batch | Marker | Segment
@@ -238,6 +238,24 @@ def _drop_below_log_start(part: PartitionState) -> None:
         del part.aborted_last_offsets[:k]
 
 
+def _check_typed_metadata(snap: TableSnapshot, action: Metadata, path: str | None) -> None:
+    """A typed table's metadata needs protocol v3 and may only evolve its schema."""
+    from txntable.schema import TYPED_PROTOCOL_VERSION, check_evolution, layout_of
+
+    if snap.protocol is None or snap.protocol.minReaderVersion < TYPED_PROTOCOL_VERSION:
+        raise CorruptLogError("a record schema of its own needs protocol version 3", path)
+    old = layout_of(snap.metadata) if snap.metadata is not None else None
+    if snap.metadata is None:
+        return
+    new = layout_of(action)
+    if old is None or new is None or old.key_columns != new.key_columns:
+        raise CorruptLogError("metadata changes the record kind or the key columns", path)
+    try:
+        check_evolution(old.schema, new.schema)
+    except SchemaMismatchError as e:
+        raise CorruptLogError(f"metadata changes the record schema illegally: {e}", path) from None
+
+
 def apply_action(
     snap: TableSnapshot, action: Action, path: str | None = None, checkpoint: bool = False
 ) -> None:
@@ -259,6 +277,8 @@ def apply_action(
     elif isinstance(action, Metadata):
         if action.partitions < len(snap.partitions):
             raise CorruptLogError("metadata reduces the number of partitions", path)
+        if action.typed or (snap.metadata is not None and snap.metadata.typed):
+            _check_typed_metadata(snap, action, path)
         snap.metadata = action
         for p in range(len(snap.partitions), action.partitions):
             snap.partitions.append(PartitionState(p))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
+
+import pyarrow as pa
 
 from txntable import config
 from txntable.actions import Action, AppTxn, Batch, LogStart
@@ -15,8 +17,16 @@ from txntable.errors import (
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     OffsetOutOfRangeError,
+    SchemaMismatchError,
 )
 from txntable.log import CommitPlan, Log, now_ms
+from txntable.schema import (
+    TypedLayout,
+    check_evolution,
+    layout_of,
+    normalize_schema,
+    schema_to_json,
+)
 from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
 
@@ -84,6 +94,9 @@ class TableDescription:
     table_id: str
     version: int
     partitions: tuple[PartitionDescription, ...]
+    #: A typed table's record schema (``None``: Kafka's record) and key columns.
+    schema: pa.Schema | None = None
+    key_columns: tuple[str, ...] = ()
 
 
 def checkpoint_interval(configuration: Mapping[str, str]) -> int:
@@ -190,11 +203,13 @@ class Table:
         version: int | None = None,
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
+        columns: Sequence[str] | None = None,
     ) -> TableScan:
         """A bulk read of the table as Arrow: ``.to_arrow()``, ``.to_batches()``, ``.to_pandas()``.
 
         Rows have the Spark source's columns (key, value, topic, partition, offset,
-        timestamp, headers), partition by partition in offset order. The snapshot is read
+        timestamp, headers) — a typed table's: its columns, then partition, offset and
+        timestamp —, partition by partition in offset order. The snapshot is read
         and the scan planned now; segments are read by the ``to_*`` calls.
 
         Args:
@@ -210,6 +225,8 @@ class Table:
             version: Read the table as of this log version (time travel).
             max_workers: Segments fetched at once.
             max_bytes_in_flight: Segment bytes fetched ahead of the batch being returned.
+            columns: Return only these columns, in this order. On a typed table only the
+                requested user columns are read from the segments' Parquet files.
 
         Raises:
             OffsetOutOfRangeError: A starting offset is past the high watermark, or an
@@ -228,7 +245,55 @@ class Table:
             version,
             max_workers,
             max_bytes_in_flight,
+            columns,
         )
+
+    @property
+    def layout(self) -> TypedLayout | None:
+        """A typed table's layout (schema and key columns) at the handle's snapshot;
+        ``None`` for a table of Kafka's record."""
+        return layout_of(self.snapshot(refresh=False).metadata)
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """A typed table's record schema (the user's columns) at the handle's snapshot."""
+        layout = self.layout
+        return layout.schema if layout else None
+
+    def evolve_schema(self, schema: pa.Schema) -> pa.Schema:
+        """Replace a typed table's record schema by an evolution of it, in one log version
+        (a new ``metadata`` action).
+
+        Allowed: new nullable columns (at the end, also inside structs) and widened types
+        (int8/int16/int32 to a wider integer, float32 to float64); see
+        :func:`txntable.schema.check_evolution`. Segments written before are read with nulls
+        for the new columns and their values upcast. Producers holding the older schema
+        keep committing (their segments are read the same way) and pick the new schema up
+        when they meet a column they do not know.
+
+        Returns:
+            The schema now in force.
+
+        Raises:
+            SchemaMismatchError: The table is not typed, or the change is not allowed
+                against the newest schema; nothing is written.
+        """
+        new = normalize_schema(schema)
+
+        def build(s: TableSnapshot) -> CommitPlan[pa.Schema]:
+            assert s.metadata is not None
+            layout = layout_of(s.metadata)
+            if layout is None:
+                raise SchemaMismatchError(f"table {self.name!r} has no record schema to evolve")
+            if layout.schema.equals(new):
+                return CommitPlan([], new, "SET SCHEMA")
+            check_evolution(layout.schema, new)
+            metadata = replace(s.metadata, schema=schema_to_json(new))
+            return CommitPlan([metadata], new, "SET SCHEMA")
+
+        with self._lock:
+            plan, _ = self.log.commit(self.snapshot(), build)
+        return plan.result
 
     @property
     def num_partitions(self) -> int:
@@ -404,11 +469,14 @@ class Table:
         self.finish_stuck_transactions()
         snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
+        layout = layout_of(snap.metadata)
         return TableDescription(
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
             partitions=tuple(_describe_partition(p) for p in snap.partitions),
+            schema=layout.schema if layout else None,
+            key_columns=layout.key_columns if layout else (),
         )
 
     def __repr__(self) -> str:

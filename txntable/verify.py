@@ -49,8 +49,10 @@ from txntable.errors import (
     SchemaMismatchError,
 )
 from txntable.producer_state import check_batch
-from txntable.records import decode_segment, merged_offsets
+from txntable.records import merged_offsets
+from txntable.schema import TypedLayout, layout_of
 from txntable.snapshot import PartitionState, TableSnapshot, apply_action
+from txntable.typed import decode_typed
 
 if TYPE_CHECKING:
     from txntable.log import Log, LogListing
@@ -660,8 +662,11 @@ def compare_snapshots(version: int, expected: TableSnapshot, got: TableSnapshot)
     return out
 
 
-def check_segment(batch: Batch, data: bytes | None) -> list[Violation]:
-    """Check a segment's bytes (``None``: the object is missing) against its batch (pure)."""
+def check_segment(
+    batch: Batch, data: bytes | None, layout: TypedLayout | None = None
+) -> list[Violation]:
+    """Check a segment's bytes (``None``: the object is missing) against its batch (pure);
+    a typed table's (``layout``) against its schema."""
 
     def found(rule: str, message: str) -> Violation:
         return Violation(rule, message, None, batch.partition, batch.baseOffset, batch.path)
@@ -672,7 +677,7 @@ def check_segment(batch: Batch, data: bytes | None) -> list[Violation]:
     if len(data) != batch.size:
         out.append(found("segment.size", f"{len(data)} bytes, its batch says {batch.size}"))
     try:
-        table = decode_segment(data, batch.path, batch.count)
+        table = decode_typed(data, batch.path, batch.count, False, layout)
     except CorruptLogError as e:
         return [*out, found("segment.corrupt", str(e))]
     except SchemaMismatchError as e:
@@ -690,7 +695,9 @@ def check_segment(batch: Batch, data: bytes | None) -> list[Violation]:
     return out
 
 
-def check_merged_segment(seg: Segment, data: bytes | None) -> list[Violation]:
+def check_merged_segment(
+    seg: Segment, data: bytes | None, layout: TypedLayout | None = None
+) -> list[Violation]:
     """Check a merged segment's bytes against its ``segment`` action (pure)."""
 
     def found(rule: str, message: str) -> Violation:
@@ -702,7 +709,7 @@ def check_merged_segment(seg: Segment, data: bytes | None) -> list[Violation]:
     if len(data) != seg.size:
         out.append(found("segment.size", f"{len(data)} bytes, its action says {seg.size}"))
     try:
-        table = decode_segment(data, seg.path, seg.count, merged=True)
+        table = decode_typed(data, seg.path, seg.count, True, layout)
     except CorruptLogError as e:
         return [*out, found("segment.corrupt", str(e))]
     except SchemaMismatchError as e:
@@ -803,8 +810,9 @@ def verify_log(
                 for e in part.entries
                 if not isinstance(e, Marker) and e.path
             ]
+            layout = layout_of(checker.snapshot.metadata)
             for i, (_, found) in enumerate(
-                _ordered(lambda b: _read_segment(log, b), batches, pool, 32), 1
+                _ordered(lambda b: _read_segment(log, b, layout), batches, pool, 32), 1
             ):
                 report.add(found)
                 report.segments_checked += 1
@@ -840,14 +848,16 @@ def _read_decoded(log: Log, key: str) -> list[Action] | CorruptLogError | None:
         return e
 
 
-def _read_segment(log: Log, entry: Batch | Segment) -> list[Violation]:
+def _read_segment(
+    log: Log, entry: Batch | Segment, layout: TypedLayout | None = None
+) -> list[Violation]:
     try:
         data: bytes | None = log.store.get_data_file(entry.path)
     except ObjectNotFoundError:
         data = None
     if isinstance(entry, Segment):
-        return check_merged_segment(entry, data)
-    return check_segment(entry, data)
+        return check_merged_segment(entry, data, layout)
+    return check_segment(entry, data, layout)
 
 
 def _check_checkpoint(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from txntable import config
 from txntable.actions import (
     CREATE_READER_VERSION,
     CREATE_WRITER_VERSION,
+    DEFAULT_RECORD_SCHEMA,
     Action,
     CommitInfo,
     Metadata,
@@ -29,6 +32,7 @@ from txntable.groups import GroupDescription, describe_group, group_root, list_g
 from txntable.log import Log, now_ms
 from txntable.names import validate_table_name
 from txntable.recovery import RecoveryReport, StuckTransactionFinisher, recover
+from txntable.schema import TYPED_PROTOCOL_VERSION, normalize_schema, schema_to_json
 from txntable.storage.base import Store
 from txntable.table import Table
 
@@ -103,20 +107,32 @@ class Warehouse:
             return self._finisher
 
     def create_table(
-        self, name: str, partitions: int = 1, configuration: Mapping[str, str] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        configuration: Mapping[str, str] | None = None,
+        schema: pa.Schema | None = None,
+        key: Sequence[str] | str | None = None,
     ) -> Table:
-        """Create a table with the default record schema (key, value, headers, timestamp).
+        """Create a table: Kafka's record (key, value, headers, timestamp), or with
+        ``schema`` a typed table of the user's columns (protocol v3, :mod:`txntable.schema`).
 
         Args:
             name: The table name (Kafka's topic rules, no leading ``_``).
             partitions: Number of partitions.
             configuration: Table configuration (see :data:`txntable.config.TABLE_CONFIG`),
                 values as strings or integers.
+            schema: The record schema of a typed table (a ``pyarrow.Schema`` of allowed
+                types; ``partition``, ``offset`` and ``timestamp`` are reserved names).
+            key: Key columns of a typed table (string, binary or integer columns): the
+                partitioner hashes them, key compaction keeps the newest record per key.
 
         Raises:
             InvalidTableNameError: If the name is illegal.
             InvalidConfigurationError: If a configuration key is unknown or not implemented
-                yet, or a value is malformed.
+                yet, or a value is malformed; ``key`` without ``schema``.
+            SchemaMismatchError: ``schema`` has a type not allowed, a reserved, empty or
+                repeated name, or ``key`` names no key-able column.
             TableExistsError: If the table exists.
         """
         validate_table_name(name)
@@ -125,15 +141,27 @@ class Warehouse:
         # Unknown keys, malformed values and features not built yet are refused here,
         # before anything is written.
         settings = config.validate_table_configuration(configuration)
+        keys = (key,) if isinstance(key, str) else tuple(key or ())
+        if keys and schema is None:
+            raise InvalidConfigurationError("key columns need a schema (a typed table)")
+        typed = schema is not None
+        fields = DEFAULT_RECORD_SCHEMA
+        version = (CREATE_READER_VERSION, CREATE_WRITER_VERSION)
+        if schema is not None:
+            fields = schema_to_json(normalize_schema(schema, keys))
+            version = (TYPED_PROTOCOL_VERSION, TYPED_PROTOCOL_VERSION)
         log = Log(self.store, name)
         actions: list[Action] = [
-            Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
+            Protocol(*version),
             Metadata(
                 tableId=str(uuid.uuid4()),
                 name=name,
                 partitions=partitions,
+                schema=fields,
                 createdTime=now_ms(),
                 configuration=settings,
+                typed=typed,
+                keyColumns=keys,
             ),
             CommitInfo(now_ms(), "CREATE TABLE", uuid.uuid4().hex),
         ]

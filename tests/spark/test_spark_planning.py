@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -326,20 +327,51 @@ def test_kafka_topic_selection_options_are_refused(name: str) -> None:
         parse_read_options({"path": "/l/t", name: "t"})
 
 
+def test_timestamp_options_parse() -> None:
+    opts = parse_read_options(
+        {
+            "path": "/l/t",
+            "startingOffsetsByTimestamp": '{"t": {"0": 1700000000000, "2": 5}}',
+            "endingTimestamp": "1800000000000",
+            "startingOffsetsByTimestampStrategy": "LATEST",
+            "timestampAsOf": "2023-11-14T22:13:20Z",
+        }
+    )
+    assert opts.starting_timestamps is not None and opts.ending_timestamps is not None
+    assert opts.starting_timestamps.timestamps == {0: 1700000000000, 2: 5}
+    assert opts.starting_timestamps.for_partition(1) is None
+    assert opts.ending_timestamps.for_partition(7) == 1800000000000
+    assert opts.starting_timestamp_strategy == "latest"
+    assert opts.timestamp_as_of == 1700000000000
+    # The global option wins over the per-partition one, as in Spark.
+    both = parse_read_options(
+        {"path": "/l/t", "startingTimestamp": "9", "startingOffsetsByTimestamp": '{"t": {"0": 1}}'}
+    )
+    assert both.starting_timestamps is not None and both.starting_timestamps.for_partition(0) == 9
+    assert parse_read_options({"path": "/l/t", "startingTimestamp": "9"}, True).starting_timestamps
+
+
 @pytest.mark.parametrize(
-    "name",
+    ("options", "message"),
     [
-        "startingTimestamp",
-        "startingOffsetsByTimestamp",
-        "endingTimestamp",
-        "endingOffsetsByTimestamp",
-        "startingOffsetsByTimestampStrategy",
-        "timestampAsOf",
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp must be a timestamp"),
+        ({"endingTimestamp": "-5"}, "endingTimestamp must be a timestamp"),
+        ({"startingOffsetsByTimestamp": '{"other": {"0": 1}}'}, "names table"),
+        ({"startingOffsetsByTimestamp": "latest"}, "must be JSON like"),
+        ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest"),
+        ({"timestampAsOf": "last tuesday"}, "timestampAsOf must be"),
+        ({"timestampAsOf": "5", "versionAsOf": "1"}, "not both"),
     ],
 )
-def test_timestamp_options_are_refused_until_implemented(name: str) -> None:
-    with pytest.raises(InvalidConfigurationError, match="time-based positions are not implemented"):
-        parse_read_options({"path": "/l/t", name: "1700000000000"})
+def test_malformed_timestamp_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidConfigurationError, match=message):
+        parse_read_options({"path": "/l/t", **options})
+
+
+def test_ending_and_time_travel_options_do_not_apply_to_streams() -> None:
+    for name in ("endingTimestamp", "timestampAsOf"):
+        with pytest.raises(InvalidConfigurationError, match="does not apply to a streaming read"):
+            parse_read_options({"path": "/l/t", name: "5"}, True)
 
 
 def test_options_of_the_other_mode_are_refused() -> None:
@@ -660,3 +692,73 @@ def test_max_files_per_trigger_counts_a_merged_segment_once() -> None:
     snap = wh.table("orders").snapshot()
     ends = limit_segments(snap, {0: 6, 1: 6}, {0: 13, 1: 13}, 1, read_committed=True)
     assert ends == {0: 13, 1: 6}  # partition 1 waits at its range start, inside the segment
+
+
+def test_pushed_partition_and_offset_filters_prune_slices() -> None:
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        LessThan,
+        LessThanOrEqual,
+        StringContains,
+    )
+
+    from txntable_spark.planning import Pruning
+
+    # Two partitions, segments of 10 offsets each: [0, 10), [10, 20), [20, 30).
+    groups = [
+        [SegmentSlice(p, f"p{p}s{i}", i * 10, 10, 0, 10, 100) for i in range(3)] for p in (0, 1)
+    ]
+
+    def kept(*filters: object) -> list[str]:
+        pruning = Pruning()
+        for f in filters:
+            pruning = pruning.narrowed(f)
+        return [s.path for g in pruning.prune(groups) for s in g]
+
+    assert kept(EqualTo(("partition",), 1)) == ["p1s0", "p1s1", "p1s2"]
+    assert kept(In(("partition",), (0, 5)), In(("partition",), (0,))) == ["p0s0", "p0s1", "p0s2"]
+    assert kept(EqualTo(("partition",), 0), EqualTo(("partition",), 1)) == []
+    assert kept(GreaterThanOrEqual(("offset",), 10), LessThan(("offset",), 20)) == [
+        "p0s1",
+        "p1s1",
+    ]
+    assert kept(GreaterThan(("offset",), 19), LessThanOrEqual(("offset",), 20)) == [
+        "p0s2",
+        "p1s2",
+    ]
+    assert kept(EqualTo(("offset",), 9), EqualTo(("partition",), 0)) == ["p0s0"]
+    # Filters on other columns, other kinds or other value types prune nothing.
+    assert len(kept(StringContains(("topic",), "x"), EqualTo(("partition",), "1"))) == 6
+    assert len(kept(EqualTo(("value",), 3), GreaterThan(("offset",), True))) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_filters_pushed_to_the_source_give_the_same_rows(spark: Any, lake: str) -> None:
+    wh = Warehouse(lake)
+    wh.create_table("t", 2)
+    from txntable import Producer
+
+    with Producer(wh) as producer:
+        for i in range(30):
+            producer.send("t", b"v%d" % i, partition=i % 2)
+            if i % 5 == 4:
+                producer.flush()  # several segments per partition
+    where = "partition = 1 AND offset >= 5 AND offset < 9"
+    plain = spark.read.format("txntable").load(f"{lake}/t").where(where)
+    assert sorted((r.offset, bytes(r.value)) for r in plain.collect()) == [
+        (o, b"v%d" % (2 * o + 1)) for o in range(5, 9)
+    ]
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = spark.read.format("txntable").option("pushFilters", "true").load(f"{lake}/t")
+        pushed = sorted((r.offset, bytes(r.value)) for r in df.where(where).collect())
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+    assert pushed == [(o, b"v%d" % (2 * o + 1)) for o in range(5, 9)]
+    # Without the Spark setting, Spark refuses a reader that pushes filters: say so.
+    with pytest.raises(Exception, match="filterPushdown"):
+        spark.read.format("txntable").option("pushFilters", "true").load(f"{lake}/t").collect()
