@@ -34,10 +34,15 @@ Read options (batch and streaming):
 * ``storage.<name>``: storage options of the warehouse (``storage.s3.endpoint``, …). They are
   passed to :func:`txntable.storage.open_store` and never logged or shown in a ``repr``.
 
-Refused: ``subscribe``, ``assign``, ``subscribePattern`` (the path names the table), and, until
-time-based positions are implemented, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
-``endingTimestamp``, ``endingOffsetsByTimestamp``, ``startingOffsetsByTimestampStrategy`` and
-``timestampAsOf``.
+Time-based positions (Spark's Kafka source): ``startingTimestamp`` / ``endingTimestamp`` (ms,
+every partition) or ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON per
+partition; others use the offset options), winning over ``startingOffsets`` /
+``endingOffsets``: the first offset whose record timestamp is at or after the time; none at
+the start is an error (``startingOffsetsByTimestampStrategy=error``, Spark's default) or the
+latest offset (``latest``), none at the end is the latest offset. ``timestampAsOf`` (Delta's
+time travel): the last version committed at or before a time (ms or ISO-8601).
+
+Refused: ``subscribe``, ``assign``, ``subscribePattern`` (the path names the table).
 
 Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``maxBytesPerSegment``
 (default 128 MiB of buffered input per segment), ``txnAppId`` and, for a batch write,
@@ -49,6 +54,7 @@ checkpoint location's identity (see :mod:`txntable_spark.writer`); Spark's own
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping
@@ -102,8 +108,17 @@ READ_OPTIONS = frozenset(
         "columns",
     }
 )
-BATCH_READ_OPTIONS = READ_OPTIONS | {"endingOffsets", "versionAsOf", "pushFilters"}
-STREAM_READ_OPTIONS = READ_OPTIONS | {
+#: Spark's Kafka-source time-based positions (and Delta's time travel by timestamp).
+STARTING_TIME_OPTIONS = frozenset(
+    {"startingTimestamp", "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy"}
+)
+BATCH_READ_OPTIONS = (
+    READ_OPTIONS
+    | STARTING_TIME_OPTIONS
+    | {"endingOffsets", "versionAsOf", "endingTimestamp", "endingOffsetsByTimestamp"}
+    | {"timestampAsOf", "pushFilters"}
+)
+STREAM_READ_OPTIONS = READ_OPTIONS | STARTING_TIME_OPTIONS | {
     "maxOffsetsPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
@@ -119,18 +134,6 @@ REFUSED_OPTIONS: dict[str, str] = {
     **dict.fromkeys(
         ("subscribe", "assign", "subscribePattern"),
         "the path (or warehouse + table) names the one table a txntable source reads",
-    ),
-    **dict.fromkeys(
-        (
-            "startingTimestamp",
-            "startingOffsetsByTimestamp",
-            "endingTimestamp",
-            "endingOffsetsByTimestamp",
-            "startingOffsetsByTimestampStrategy",
-            "timestampAsOf",
-        ),
-        "time-based positions are not implemented yet; use startingOffsets / endingOffsets "
-        "or versionAsOf",
     ),
 }
 
@@ -152,6 +155,18 @@ class TableLocation:
 
 
 @dataclass(frozen=True)
+class TimestampSpec:
+    """Positions by timestamp (ms): one for every partition, or per partition."""
+
+    default: int | None = None
+    timestamps: dict[int, int] = field(default_factory=dict)
+
+    def for_partition(self, partition: int) -> int | None:
+        """The timestamp asked for ``partition``, or ``None`` (use the offset option)."""
+        return self.timestamps.get(partition, self.default)
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """Validated read options."""
 
@@ -169,6 +184,14 @@ class ReadOptions:
     max_files_per_trigger: int | None = None
     include_headers: bool = True
     finish_stuck_transactions: bool = True
+    #: ``startingTimestamp`` / ``startingOffsetsByTimestamp`` (they take precedence over
+    #: ``startingOffsets``, as in Spark), and the same for the end.
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    #: ``startingOffsetsByTimestampStrategy``: ``error`` (Spark's default) or ``latest``.
+    starting_timestamp_strategy: str = "error"
+    #: ``timestampAsOf`` (Delta): read the last version committed at or before this (ms).
+    timestamp_as_of: int | None = None
     #: Typed tables: the columns to read (``columns`` option or a user-given schema);
     #: ``None``: all.
     columns: tuple[str, ...] | None = None
@@ -365,6 +388,58 @@ def parse_offset_spec(value: str | None, table: str, default: int, name: str) ->
     return OffsetSpec(default, offsets)
 
 
+def parse_timestamps(
+    options: Mapping[str, str], global_name: str, by_partition_name: str, table: str
+) -> TimestampSpec | None:
+    """``startingTimestamp`` (one ms timestamp) or ``startingOffsetsByTimestamp`` (JSON
+    ``{"table": {"0": ms}}``), and the ending pair; the global one wins, as in Spark.
+
+    Raises:
+        InvalidConfigurationError: Not a non-negative integer, or malformed JSON.
+    """
+    value = _get(options, global_name)
+    if value is not None:
+        if not re.fullmatch(r"\s*\d+\s*", value):
+            raise InvalidConfigurationError(
+                f"{global_name} must be a timestamp in ms since the epoch, not {value!r}"
+            )
+        return TimestampSpec(int(value))
+    value = _get(options, by_partition_name)
+    if value is None:
+        return None
+    spec = parse_offset_spec(value, table, LATEST, by_partition_name)
+    if spec.default != LATEST or not spec.offsets:
+        raise InvalidConfigurationError(
+            f'{by_partition_name} must be JSON like {{"{table}": {{"0": 1732280000000}}}}'
+        )
+    if any(ts < 0 for ts in spec.offsets.values()):
+        raise InvalidConfigurationError(f"{by_partition_name}: timestamps must be >= 0")
+    return TimestampSpec(None, dict(spec.offsets))
+
+
+def parse_timestamp_as_of(value: str | None) -> int | None:
+    """``timestampAsOf``: ms since the epoch, or an ISO-8601 date / date-time (UTC if no
+    zone), as Delta accepts.
+
+    Raises:
+        InvalidConfigurationError: Anything else.
+    """
+    if value is None:
+        return None
+    v = value.strip()
+    if re.fullmatch(r"\d+", v):
+        return int(v)
+    try:
+        parsed = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidConfigurationError(
+            f"timestampAsOf must be ms since the epoch or an ISO-8601 date-time, not {value!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return int(parsed.timestamp() * 1000)
+
+
 def parse_int(
     options: Mapping[str, str], name: str, default: int | None, minimum: int
 ) -> int | None:
@@ -475,6 +550,14 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
             f"minOffsetsPerTrigger ({min_offsets}) is greater than maxOffsetsPerTrigger "
             f"({max_offsets})"
         )
+    strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidConfigurationError(
+            f"startingOffsetsByTimestampStrategy must be error or latest, not {strategy!r}"
+        )
+    timestamp_as_of = parse_timestamp_as_of(_get(options, "timestampAsOf"))
+    if timestamp_as_of is not None and version is not None:
+        raise InvalidConfigurationError("give versionAsOf or timestampAsOf, not both")
     delay = _get(options, "maxTriggerDelay")
     if delay is not None and min_offsets is None:
         raise InvalidConfigurationError("maxTriggerDelay applies only with minOffsetsPerTrigger")
@@ -495,6 +578,14 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         max_files_per_trigger=parse_int(options, "maxFilesPerTrigger", None, 1),
         include_headers=parse_bool(options, "includeHeaders", True),
         finish_stuck_transactions=parse_bool(options, "finishStuckTransactions", True),
+        starting_timestamps=parse_timestamps(
+            options, "startingTimestamp", "startingOffsetsByTimestamp", location.table
+        ),
+        ending_timestamps=parse_timestamps(
+            options, "endingTimestamp", "endingOffsetsByTimestamp", location.table
+        ),
+        starting_timestamp_strategy=strategy,
+        timestamp_as_of=timestamp_as_of,
         columns=parse_columns(options),
     )
 

@@ -27,6 +27,7 @@ from txntable.errors import InvalidConfigurationError
 from txntable.schema import TypedLayout, layout_of
 from txntable.snapshot import TableSnapshot
 from txntable.table import Table
+from txntable.timestamps import version_at_timestamp
 from txntable.warehouse import Warehouse
 
 from .options import (
@@ -41,6 +42,7 @@ from .options import (
 from .planning import Pruning, SegmentSlice, plan_scan
 from .scan import read_slices
 from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
+from .timepos import resolve_time_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -106,12 +108,25 @@ def load_snapshot(opts: ReadOptions) -> TableSnapshot:
     Raises:
         VersionNotFoundError: ``versionAsOf`` is beyond the newest version.
     """
+    return load_table_snapshot(opts)[1]
+
+
+def load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
+    """The table handle and the snapshot a batch read plans from (``versionAsOf`` /
+    ``timestampAsOf`` time travel, else the latest).
+
+    Raises:
+        VersionNotFoundError: ``versionAsOf`` is beyond the newest version, or
+            ``timestampAsOf`` before the first or after the latest commit.
+    """
     table = open_table(opts.location, opts.finish_stuck_transactions)
     if opts.version_as_of is not None:
-        return table.snapshot_at(opts.version_as_of)
+        return table, table.snapshot_at(opts.version_as_of)
+    if opts.timestamp_as_of is not None:
+        return table, table.snapshot_at(version_at_timestamp(table, opts.timestamp_as_of))
     table.snapshot()
     table.finish_stuck_transactions()  # a dead producer's prepared transaction pins no LSO
-    return table.snapshot(refresh=False)
+    return table, table.snapshot(refresh=False)
 
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -195,7 +210,9 @@ class TxnTableReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """Load the snapshot once and plan (see :func:`txntable_spark.planning.plan_scan`)."""
-        groups = self.pruning.prune(plan_scan(load_snapshot(self.opts), self.opts))
+        table, snap = load_table_snapshot(self.opts)
+        opts = resolve_time_options(table, snap, self.opts)
+        groups = self.pruning.prune(plan_scan(snap, opts))
         return [ScanPartition.of(self.opts, g) for g in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -46,6 +46,7 @@ from .planning import (
     upper_bound,
 )
 from .source import ScanPartition, open_table, read_partition
+from .timepos import resolve_time_options
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -105,9 +106,11 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         """Where a new query starts: ``startingOffsets`` (default ``latest``)."""
         snap = self._snapshot()
+        assert self._table is not None
+        starting = resolve_time_options(self._table, snap, self.opts).starting
         out = {}
         for part in snap.partitions:
-            requested = self.opts.starting.for_partition(part.partition)
+            requested = starting.for_partition(part.partition)
             out[part.partition] = resolve_offset(
                 part,
                 requested,

@@ -1167,13 +1167,52 @@ def groups(
                     "group_id": d.group_id,
                     "version": d.version,
                     "offsets": [{**asdict(o), "lag": o.lag} for o in d.offsets],
+                    "generation": d.generation,
+                    "assignor": d.assignor,
+                    "members": [
+                        {
+                            **asdict(m),
+                            "subscription": list(m.subscription),
+                            "assignment": _partitions_json(m.assignment),
+                            "owned": _partitions_json(m.owned),
+                        }
+                        for m in d.members
+                    ],
                 }
                 for d in found
             ]
         )
         return
     cli = _cli()
-    t = cli.table("GROUP", "TABLE", "PARTITION", "OFFSET", "LSO", "HW", "LAG", "PENDING")
+    now = now_ms()
+    owners = {
+        (d.group_id, t, p): m.member_id for d in found for m in d.members for t, p in m.assignment
+    }
+    if any(d.members for d in found):
+        mt = cli.table(
+            "GROUP", "GENERATION", "ASSIGNOR", "MEMBER", "INSTANCE", "ASSIGNMENT", "ACKED",
+            "HEARTBEAT",
+        )
+        for d in found:
+            for m in d.members:
+                mt.add_row(
+                    _text(d.group_id),
+                    _text(d.generation),
+                    _text(d.assignor or "-"),
+                    _text(m.member_id),
+                    _text(m.group_instance_id or "-"),
+                    _text(_partitions_text(m.assignment) or "-"),
+                    _text(
+                        "yes" if m.acked_generation == d.generation else f"{m.acked_generation}",
+                        "" if m.acked_generation == d.generation else "yellow",
+                    ),
+                    _text(_age(max(now - m.last_heartbeat, 0)) + " ago"),
+                )
+        cli.print_table(mt)
+    # The MEMBER column only for groups with members (subscribe); assign-only groups have none.
+    with_members = any(d.members for d in found)
+    columns = ["GROUP", "TABLE", "PARTITION", "OFFSET", "LSO", "HW", "LAG", "PENDING"]
+    t = cli.table(*columns, *(["MEMBER"] if with_members else []))
     for d in found:
         for o in d.offsets:
             t.add_row(
@@ -1189,8 +1228,26 @@ def groups(
                     else f"producer {o.pending_producer_id}",
                     "magenta",
                 ),
+                *(
+                    [_text(owners.get((d.group_id, o.table, o.partition), "-"))]
+                    if with_members
+                    else []
+                ),
             )
     cli.print_table(t)
+
+
+def _partitions_json(tps: tuple[tuple[str, int], ...]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for table, p in tps:
+        out.setdefault(table, []).append(p)
+    return out
+
+
+def _partitions_text(tps: tuple[tuple[str, int], ...]) -> str:
+    return " ".join(
+        f"{table}[{','.join(map(str, ps))}]" for table, ps in _partitions_json(tps).items()
+    )
 
 
 # --- maintenance ----------------------------------------------------------------------------

@@ -224,12 +224,32 @@ class GroupOffset:
 
 
 @dataclass(frozen=True)
+class GroupMemberDescription:
+    """One member of a group, from the group object (``spec/PROTOCOL.md#group-object``)."""
+
+    member_id: str
+    group_instance_id: str | None
+    subscription: tuple[str, ...]
+    #: Partitions assigned to it in the current generation, as ``(table, partition)``.
+    assignment: tuple[tuple[str, int], ...]
+    #: Partitions it acknowledged (may be reading).
+    owned: tuple[tuple[str, int], ...]
+    acked_generation: int
+    last_heartbeat: int
+    session_timeout_ms: int
+
+
+@dataclass(frozen=True)
 class GroupDescription:
-    """What :func:`describe_group` returns: the group log's version and every position."""
+    """What :func:`describe_group` returns: the group log's version, every position, and
+    the membership (generation, assignor, members; generation 0 and none without one)."""
 
     group_id: str
     version: int
     offsets: tuple[GroupOffset, ...]
+    generation: int = 0
+    assignor: str | None = None
+    members: tuple[GroupMemberDescription, ...] = ()
 
 
 def list_groups(store: Store) -> list[str]:
@@ -247,9 +267,27 @@ def describe_group(store: Store, group_id: str) -> GroupDescription | None:
     Reads the group log and the snapshot of every table it has offsets for; never creates
     anything.
     """
+    from txntable.group_member import GENERATION_TABLE, load_group
+
+    state, etag = load_group(store, group_id)
+    members = tuple(
+        GroupMemberDescription(
+            m.member_id,
+            m.group_instance_id,
+            tuple(sorted(m.subscription)),
+            tuple(sorted(m.assignment)),
+            tuple(sorted(m.owned)),
+            m.acked_generation,
+            m.last_heartbeat,
+            m.session_timeout_ms,
+        )
+        for _, m in sorted(state.members.items())
+    )
     group = open_group_table(store, group_id, create=False)
     if group is None:
-        return None
+        if etag is None:
+            return None
+        return GroupDescription(group_id, -1, (), state.generation, state.assignor, members)
     snap = group.snapshot()
     pending: dict[tuple[str, str, int], int] = {}
     for pid, commits in snap.pending_offsets.items():
@@ -259,6 +297,8 @@ def describe_group(store: Store, group_id: str) -> GroupDescription | None:
     out = []
     for key in sorted(set(snap.offsets) | set(pending)):
         _, table, partition = key
+        if table == GENERATION_TABLE:
+            continue  # a generation fence, not a position
         if table not in tables:
             handle = Table(store, table)
             tables[table] = handle.snapshot() if handle.log.exists() else None
@@ -279,4 +319,6 @@ def describe_group(store: Store, group_id: str) -> GroupDescription | None:
                 last_stable_offset=part.last_stable_offset if part else None,
             )
         )
-    return GroupDescription(group_id, snap.version, tuple(out))
+    return GroupDescription(
+        group_id, snap.version, tuple(out), state.generation, state.assignor, members
+    )

@@ -143,8 +143,14 @@ class Subscription:
             except (TxnTableError, OSError):
                 continue  # storage trouble: try again at the next interval
             with self._lock:
-                self._latest = state
+                self._remember(state)
                 self._last_heartbeat = time.monotonic()
+
+    def _remember(self, state: GroupState) -> None:
+        # The poll thread may already hold a newer state than a heartbeat that raced it:
+        # never go back to an older generation. Called with the lock held.
+        if self._latest is None or state.generation >= self._latest.generation:
+            self._latest = state
 
     def _heartbeat_now(self) -> GroupState:
         member_id = self.member_id
@@ -239,7 +245,7 @@ class Subscription:
             if self._match() != self.subscribed:
                 state = self.join_again()
         assert state is not None
-        while state is not None and state.generation != self.generation:
+        while state is not None and state.generation > self.generation:
             state = self._apply(state)
 
     def join_again(self) -> GroupState:

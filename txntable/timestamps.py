@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txntable.actions import Batch, Marker
+from txntable.actions import Batch, CommitInfo, Marker
+from txntable.errors import VersionNotFoundError
 from txntable.planning import (
     EARLIEST,
     LATEST,
@@ -128,3 +129,46 @@ def _read(
     parts = [reader.read_output(s, table.name) for s in slices_in_ranges(snap, ranges, committed)]
     parts = [t for t in parts if t.num_rows]
     return pa.concat_tables(parts) if parts else None
+
+
+def commit_timestamp(table: Table, version: int) -> int | None:
+    """The ``commitInfo.timestamp`` of ``version``, or ``None`` if it is gone or has none."""
+    actions = table.log.read_version(version)
+    if actions is None:
+        return None
+    return next((a.timestamp for a in actions if isinstance(a, CommitInfo)), None)
+
+
+def version_at_timestamp(table: Table, ts: int) -> int:
+    """Delta's ``timestampAsOf``: the last version committed at or before ``ts`` (ms).
+
+    Binary search over the versions' commit timestamps (one GET per step; the reference
+    writers' clocks make them non-decreasing). Versions removed by log cleanup are skipped
+    as too old.
+
+    Raises:
+        VersionNotFoundError: ``ts`` is before the first available commit, or after the
+            latest one (Delta refuses both).
+    """
+    latest = table.snapshot().version
+    newest_ts = commit_timestamp(table, latest)
+    if newest_ts is not None and ts > newest_ts:
+        raise VersionNotFoundError(
+            f"timestamp {ts} is after the latest commit of {table.name} (version {latest} "
+            f"at {newest_ts})"
+        )
+    lo, hi, found = 0, latest, -1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        at = commit_timestamp(table, mid)
+        if at is None or at <= ts:
+            if at is not None:
+                found = mid
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if found < 0:
+        raise VersionNotFoundError(
+            f"timestamp {ts} is before the earliest available commit of {table.name}"
+        )
+    return found

@@ -124,6 +124,9 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 {"table": "orders", "partition": 1, "offset": 2, **position,
                  "high_watermark": 2, "last_stable_offset": 2},
             ],
+            "generation": 0,
+            "assignor": None,
+            "members": [],
         }
     ]
 

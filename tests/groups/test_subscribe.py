@@ -222,3 +222,51 @@ def test_pause_resume_and_api_misuse(wh: Warehouse) -> None:
     c.close()
     with pytest.raises(IllegalStateError):
         Consumer(wh).subscribe([T])
+
+
+def test_pattern_subscription_picks_up_new_tables(wh: Warehouse) -> None:
+    c = _consumer(wh, metadata_max_age_ms=0)
+    c.subscribe(pattern=r"ord.*")
+    _settle([c], wh)
+    assert c.subscription() == {T} and c.assignment() == ALL
+    wh.create_table("ordersx", partitions=2)
+    wh.create_table("other", partitions=1)
+    for _ in range(20):
+        c.poll(0)
+        if len(c.assignment()) == 8:
+            break
+    assert c.assignment() == ALL | {TopicPartition("ordersx", p) for p in range(2)}
+    assert c.subscription() == {T, "ordersx"}
+    c.close()
+
+
+def test_a_consumer_that_stops_polling_leaves_and_loses_its_partitions(wh: Warehouse) -> None:
+    slow = _consumer(wh, max_poll_interval_ms=400, session_timeout_ms=60_000)
+    fast = _consumer(wh, session_timeout_ms=60_000)
+    lost = Recorder()
+    slow.subscribe([T], listener=lost)
+    fast.subscribe([T])
+    _settle([slow, fast], wh)
+    assert len(slow.assignment()) == 3
+    before = slow.assignment()
+    time.sleep(0.8)  # no poll: its heartbeat thread leaves the group
+    for _ in range(40):
+        fast.poll(0, max_records=1)
+        if fast.assignment() == ALL:
+            break
+        time.sleep(0.02)
+    assert fast.assignment() == ALL
+    with pytest.raises(CommitFailedError):
+        slow.commit({next(iter(before)): OffsetAndMetadata(1)})
+    slow.poll(0)  # finds itself out: lost, then joins again as a new member
+    assert ("lost", before) in lost.events
+    slow.close()
+    fast.close()
+
+
+def test_commit_before_joining_is_refused(wh: Warehouse) -> None:
+    c = _consumer(wh)
+    c.subscribe([T])
+    with pytest.raises(CommitFailedError):
+        c.commit({TopicPartition(T, 0): OffsetAndMetadata(1)})
+    c.close()

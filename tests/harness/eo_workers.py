@@ -284,6 +284,9 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
             j.log(e="end", txn=txn, outcome="unknown", err=err(e))
             close_quietly(producer, j)
             consumer.close()
+            if isinstance(e, ProducerFencedError):
+                j.log(e="exit", why="fenced")  # a successor owns the id (Kafka: fatal)
+                return
             producer = new_txn_producer(wh, cfg, j)
             consumer = new_consumer()  # back to the committed offsets
         except Exception as e:

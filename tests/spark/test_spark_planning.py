@@ -327,20 +327,51 @@ def test_kafka_topic_selection_options_are_refused(name: str) -> None:
         parse_read_options({"path": "/l/t", name: "t"})
 
 
+def test_timestamp_options_parse() -> None:
+    opts = parse_read_options(
+        {
+            "path": "/l/t",
+            "startingOffsetsByTimestamp": '{"t": {"0": 1700000000000, "2": 5}}',
+            "endingTimestamp": "1800000000000",
+            "startingOffsetsByTimestampStrategy": "LATEST",
+            "timestampAsOf": "2023-11-14T22:13:20Z",
+        }
+    )
+    assert opts.starting_timestamps is not None and opts.ending_timestamps is not None
+    assert opts.starting_timestamps.timestamps == {0: 1700000000000, 2: 5}
+    assert opts.starting_timestamps.for_partition(1) is None
+    assert opts.ending_timestamps.for_partition(7) == 1800000000000
+    assert opts.starting_timestamp_strategy == "latest"
+    assert opts.timestamp_as_of == 1700000000000
+    # The global option wins over the per-partition one, as in Spark.
+    both = parse_read_options(
+        {"path": "/l/t", "startingTimestamp": "9", "startingOffsetsByTimestamp": '{"t": {"0": 1}}'}
+    )
+    assert both.starting_timestamps is not None and both.starting_timestamps.for_partition(0) == 9
+    assert parse_read_options({"path": "/l/t", "startingTimestamp": "9"}, True).starting_timestamps
+
+
 @pytest.mark.parametrize(
-    "name",
+    ("options", "message"),
     [
-        "startingTimestamp",
-        "startingOffsetsByTimestamp",
-        "endingTimestamp",
-        "endingOffsetsByTimestamp",
-        "startingOffsetsByTimestampStrategy",
-        "timestampAsOf",
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp must be a timestamp"),
+        ({"endingTimestamp": "-5"}, "endingTimestamp must be a timestamp"),
+        ({"startingOffsetsByTimestamp": '{"other": {"0": 1}}'}, "names table"),
+        ({"startingOffsetsByTimestamp": "latest"}, "must be JSON like"),
+        ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest"),
+        ({"timestampAsOf": "last tuesday"}, "timestampAsOf must be"),
+        ({"timestampAsOf": "5", "versionAsOf": "1"}, "not both"),
     ],
 )
-def test_timestamp_options_are_refused_until_implemented(name: str) -> None:
-    with pytest.raises(InvalidConfigurationError, match="time-based positions are not implemented"):
-        parse_read_options({"path": "/l/t", name: "1700000000000"})
+def test_malformed_timestamp_options_are_refused(options: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidConfigurationError, match=message):
+        parse_read_options({"path": "/l/t", **options})
+
+
+def test_ending_and_time_travel_options_do_not_apply_to_streams() -> None:
+    for name in ("endingTimestamp", "timestampAsOf"):
+        with pytest.raises(InvalidConfigurationError, match="does not apply to a streaming read"):
+            parse_read_options({"path": "/l/t", name: "5"}, True)
 
 
 def test_options_of_the_other_mode_are_refused() -> None:

@@ -219,7 +219,7 @@ def test_read_options_are_honoured_or_refused(spark: Any, lake: str) -> None:
     # Never ignored: refused with the reason or the accepted options.
     for options, message in (
         ({"subscribe": "orders"}, "names the one table"),
-        ({"startingTimestamp": "1700000000000"}, "time-based positions are not implemented"),
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp must be a timestamp in ms"),
         ({"kafka.bootstrap.servers": "b:9092"}, "unknown option .* accepted: "),
         ({"maxOffsetsPerTrigger": "5"}, "does not apply to a batch read"),
     ):
