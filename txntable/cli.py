@@ -414,11 +414,10 @@ def describe(
     d = _open(warehouse, options).table(table).describe()
     if as_json:
         out = asdict(replace(d, schema=None))
-        out["schema"] = (
-            None
-            if d.schema is None
-            else [_field_json(f) for f in schema_to_json(d.schema)]
-        )
+        del out["schema"], out["key_columns"]
+        if d.schema is not None:  # a typed table (untyped ones print what they printed)
+            out["schema"] = [_field_json(f) for f in schema_to_json(d.schema)]
+            out["key_columns"] = list(d.key_columns)
         _print_json(out)
         return
     _print_description(d, producers)

@@ -56,6 +56,12 @@ class HarnessConfig:
     seed: int = 0
     #: A SparkSession with the txntable source registered: the Spark source reads too.
     spark: Any = None
+    #: Keep running past ``duration_s`` until the transactional workers ended this many
+    #: transactions with a commit and at least one with an abort (a run sized by work, not
+    #: by time, so a slow machine still checks enough history) ...
+    min_commits: int = 0
+    #: ... but never longer than this.
+    max_duration_s: float = 600.0
 
 
 @dataclass
@@ -195,16 +201,38 @@ class Driver:
     def run(self) -> None:
         self.setup()
         self.wait_started()
-        deadline = time.monotonic() + self.cfg.duration_s
+        start = time.monotonic()
+        deadline = start + self.cfg.duration_s
+        cap = start + max(self.cfg.duration_s, self.cfg.max_duration_s)
         interval = self.cfg.fault_interval_s
         next_fault = time.monotonic() + (self.rng.uniform(*interval) if interval else 1e9)
-        while time.monotonic() < deadline:
+        next_count = deadline
+        while time.monotonic() < cap:
+            now = time.monotonic()
+            if now >= deadline and now >= next_count:
+                if self.enough_work():
+                    break
+                next_count = now + 2.0
             time.sleep(0.2)
             self.supervise()
             if time.monotonic() >= next_fault and interval is not None:
                 self.fault()
                 next_fault = time.monotonic() + self.rng.uniform(*interval)
         self.stop()
+
+    def enough_work(self) -> bool:
+        """Whether the transactional workers' journals hold ``min_commits`` commits and an abort."""
+        if self.cfg.min_commits <= 0:
+            return True
+        outcomes = {"commit": 0, "abort": 0}
+        for path in self.journals.glob("txn-*.jsonl"):
+            with open(path, "rb") as f:
+                for line in f:  # journals are compact JSON (see eo_workers.Journal.log)
+                    if line.startswith(b'{"e":"end"'):
+                        for outcome in outcomes:
+                            if f'"outcome":"{outcome}"'.encode() in line:
+                                outcomes[outcome] += 1
+        return outcomes["commit"] >= self.cfg.min_commits and outcomes["abort"] >= 1
 
     def stop(self) -> None:
         Path(self.stop_file).touch()

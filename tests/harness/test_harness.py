@@ -141,8 +141,16 @@ def test_a_deleted_record_is_not_lost() -> None:
 
 
 def _quick(
-    url: str, options: dict[str, str], workdir: Path, seconds: float, workers: int, commits: int
-) -> None:
+    url: str,
+    options: dict[str, str],
+    workdir: Path,
+    seconds: float,
+    workers: int,
+    commits: int,
+    max_seconds: float = 180.0,
+) -> dict:
+    # Sized by work: past ``seconds`` the driver runs until ``commits`` commits (and an
+    # abort) are journaled, so a loaded machine checks as much history as a quiet one.
     cfg = HarnessConfig(
         url=url,
         options=options,
@@ -151,6 +159,8 @@ def _quick(
         txn_workers=workers,
         fault_interval_s=(1.5, 3.5),
         seed=int.from_bytes(os.urandom(2), "big"),
+        min_commits=commits,
+        max_duration_s=max_seconds,
     )
     report = run(cfg)
     summary = report.summary()
@@ -161,6 +171,7 @@ def _quick(
     faults = summary["faults"]
     assert faults.get("store_before", 0) + faults.get("store_slow", 0) >= 1, summary
     assert faults.get("sigkill", 0) + faults.get("zombie", 0) + faults.get("outage", 0) >= 2
+    return summary
 
 
 @pytest.mark.slow
@@ -181,5 +192,18 @@ def test_quick_run_moto_s3(moto_server: str) -> None:
     try:
         url = f"s3://{create_bucket(moto_server)}/wh"
         _quick(url, s3_options(moto_server), workdir, seconds=20, workers=2, commits=3)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ci_sized_run_local_disk() -> None:
+    """The issue's CI-sized run: at least 500 transactions under every fault, no anomaly."""
+    workdir = Path(tempfile.mkdtemp(prefix="harness-ci-", dir="/tmp"))
+    try:
+        summary = _quick(
+            str(workdir / "wh"), {}, workdir, seconds=60, workers=5, commits=350, max_seconds=480
+        )
+        assert summary["transactions_total"] >= 500, summary
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

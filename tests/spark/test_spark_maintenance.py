@@ -177,7 +177,6 @@ def test_spark_stream_while_producer_and_maintainers_run(spark: Any, tmp_path: P
     wh = Warehouse(url)
     wh.create_table("t", partitions=2, configuration={"segment.bytes": "4000"})
     stop = str(tmp_path / "stop")
-    maintainers = [start("maintain", url, stop) for _ in range(2)]
     name = f"q_{uuid.uuid4().hex[:8]}"
     query = (
         spark.readStream.format("txntable")
@@ -189,6 +188,10 @@ def test_spark_stream_while_producer_and_maintainers_run(spark: Any, tmp_path: P
         .trigger(processingTime="200 milliseconds")
         .start()
     )
+    # Let the stream start its Python workers before four busy processes compete with it
+    # for the cores (on a loaded machine a worker then failed to connect back in time).
+    query.processAllAvailable()
+    maintainers = [start("maintain", url, stop) for _ in range(2)]
     consumer = start("consume", url)
     try:
         producer = start("produce", url, "30")
