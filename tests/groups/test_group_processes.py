@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import storeutil
 
 from txntable import Producer, TopicPartition, Warehouse
 
@@ -40,12 +41,28 @@ def lake(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _start(
-    url: str, status: Path, name: str, mode: str, session_ms: int, strategy: str
+    url: str,
+    status: Path,
+    name: str,
+    mode: str,
+    session_ms: int,
+    strategy: str,
+    options: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")])
     return subprocess.Popen(
-        [sys.executable, str(WORKER), url, name, str(status), mode, str(session_ms), strategy],
+        [
+            sys.executable,
+            str(WORKER),
+            url,
+            name,
+            str(status),
+            mode,
+            str(session_ms),
+            strategy,
+            json.dumps(options or {}),
+        ],
         env=env,
     )
 
@@ -132,13 +149,33 @@ def test_kill_one_of_three_partitions_move_and_exactly_once(
                 p.wait()
 
 
-def test_sigstopped_member_cannot_commit_after_losing_partitions(lake: tuple[str, Path]) -> None:
-    url, status = lake
-    s = _start(url, status, "s", "stall", 2000, "cooperative-sticky")
+@pytest.fixture
+def s3_lake(moto_server: str, tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    # On S3 a conditional put is one request: a stopped process holds nothing. (The local
+    # backend serialises its compare-and-swap with flock: a process stopped inside one blocks
+    # every other writer of that object until it resumes.)
+    options = storeutil.s3_options(moto_server)
+    url = f"s3://{storeutil.create_bucket(moto_server)}/wh"
+    wh = Warehouse(url, options)
+    wh.create_table("in", partitions=6)
+    with Producer(wh) as p:
+        for i in range(6 * PER_PARTITION):
+            p.send("in", value=b"%d" % i, partition=i % 6)
+    status = tmp_path / "status"
+    status.mkdir()
+    yield url, status, options
+
+
+@pytest.mark.s3
+def test_sigstopped_member_cannot_commit_after_losing_partitions(
+    s3_lake: tuple[str, Path, dict[str, str]],
+) -> None:
+    url, status, options = s3_lake
+    s = _start(url, status, "s", "stall", 2000, "cooperative-sticky", options)
     r = None
     try:
         _wait(lambda: len(_status(status, "s").get("assignment") or []) == 6, 60, "s owns all")
-        r = _start(url, status, "r", "stall", 2000, "cooperative-sticky")
+        r = _start(url, status, "r", "stall", 2000, "cooperative-sticky", options)
         _wait(
             lambda: (
                 len(_status(status, "r").get("assignment") or []) == 3
@@ -149,7 +186,7 @@ def test_sigstopped_member_cannot_commit_after_losing_partitions(lake: tuple[str
         )
         s.send_signal(signal.SIGSTOP)
         _wait(lambda: len(_status(status, "r").get("assignment") or []) == 6, 60, "r takes over")
-        wh = Warehouse(url)
+        wh = Warehouse(url, options)
         from txntable.consumer import Consumer
 
         probe = Consumer(wh, group_id="g")

@@ -40,7 +40,8 @@ def _rewind(c: Consumer) -> None:
 
 def main() -> None:
     url, name, status_dir, mode, session_ms, strategy = sys.argv[1:7]
-    wh = Warehouse(url)
+    options = json.loads(sys.argv[7]) if len(sys.argv) > 7 else {}
+    wh = Warehouse(url, options)
     c = Consumer(
         wh,
         group_id="g",
