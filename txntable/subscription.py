@@ -192,13 +192,11 @@ class Subscription:
                 continue  # Kafka assigns nothing of a topic that does not exist
         return counts
 
-    def join(self) -> GroupState:
-        """Join the group (a new member id) and start heartbeating."""
+    def _join_as(self, member_id: str) -> GroupState:
+        """Join (or re-join) the group as ``member_id`` with the current subscription."""
         c = self.consumer
-        self.member_id = member_id = f"{c.client_id}-{uuid.uuid4().hex}"
-        self.subscribed = self._match()
         counts = self._partition_counts(self.subscribed)
-        state = update_group(
+        return update_group(
             self._store(),
             self.group_id,
             lambda s: membership.join(
@@ -213,6 +211,12 @@ class Subscription:
                 c.group_instance_id,
             ),
         )
+
+    def join(self) -> GroupState:
+        """Join the group (a new member id) and start heartbeating."""
+        self.member_id = member_id = f"{self.consumer.client_id}-{uuid.uuid4().hex}"
+        self.subscribed = self._match()
+        state = self._join_as(member_id)
         with self._lock:
             self._latest = state
             self._lost = None
@@ -250,26 +254,10 @@ class Subscription:
 
     def join_again(self) -> GroupState:
         """Re-join with a new subscription (a pattern matched a new table)."""
-        c = self.consumer
         member_id = self.member_id
         assert member_id is not None
         self.subscribed = self._match()
-        counts = self._partition_counts(self.subscribed)
-        state = update_group(
-            self._store(),
-            self.group_id,
-            lambda s: membership.join(
-                s,
-                member_id,
-                self.subscribed,
-                c.partition_assignment_strategy,
-                counts,
-                now_ms(),
-                c.session_timeout_ms,
-                c.max_poll_interval_ms,
-                c.group_instance_id,
-            ),
-        )
+        state = self._join_as(member_id)
         with self._lock:
             self._latest = state
         return state
