@@ -271,7 +271,7 @@ def to_record_table(data: object, now: int) -> pa.Table:
         "key": _binary_column(table, "key", n),
         "value": _binary_column(table, "value", n),
         "headers": _headers_column(table, n),
-        "timestamp": _timestamp_column(table, n, now),
+        "timestamp": timestamp_column(table, n, now),
     }
     return pa.table(columns, schema=SEGMENT_SCHEMA)
 
@@ -317,7 +317,12 @@ def _headers_column(table: pa.Table, n: int) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, HEADERS_TYPE)
 
 
-def _timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
+def timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
+    """A batch's ``timestamp`` column as Kafka's milliseconds (``now`` where absent or null).
+
+    Raises:
+        SerializationError: the column is not a timestamp or integer, or is negative.
+    """
     if "timestamp" not in table.column_names:
         return pa.chunked_array([pa.array(np.full(n, now, dtype=np.int64), TIMESTAMP_TYPE)])
     column = table.column("timestamp")

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from txntable.actions import Field, Metadata
 from txntable.errors import SchemaMismatchError, SerializationError
+from txntable.records import timestamp_column
 
 #: Protocol version of a table with a record schema of its own (``metadata.typed``).
 TYPED_PROTOCOL_VERSION = 3
@@ -370,7 +371,7 @@ class TypedLayout:
                 columns.append(pa.nulls(n, f.type))
                 continue
             columns.append(_cast_column(table.column(f.name), f, "send_batch"))
-        columns.append(_timestamps(table, n, now))
+        columns.append(timestamp_column(table, n, now))
         return fill_required(pa.Table.from_arrays(columns, schema=self.segment_schema))
 
     def checkers(self) -> dict[str, Callable[[Any], None]]:
@@ -744,26 +745,6 @@ def fill_required(table: pa.Table) -> pa.Table:
     return table
 
 
-def _timestamps(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
-    if TIMESTAMP_COLUMN not in table.column_names:
-        return pa.chunked_array([pa.array(np.full(n, now, dtype=np.int64), SEGMENT_TIMESTAMP)])
-    column = table.column(TIMESTAMP_COLUMN)
-    t = column.type
-    if pa.types.is_timestamp(t):
-        ints = column.cast(pa.timestamp(t.unit)).cast(pa.int64())
-        divisor = {"s": 0, "ms": 1, "us": 1000, "ns": 1_000_000}[t.unit]
-        ints = pc.multiply(ints, 1000) if divisor == 0 else pc.divide(ints, divisor)
-    elif pa.types.is_integer(t) or pa.types.is_null(t):
-        ints = column.cast(pa.int64())
-    else:
-        raise SerializationError(
-            f"send_batch: column 'timestamp' must be a timestamp or integer milliseconds, not {t}"
-        )
-    if ints.null_count:
-        ints = ints.fill_null(now)
-    if len(ints) and pc.min(ints).as_py() < 0:
-        raise SerializationError("send_batch: column 'timestamp' holds a negative timestamp")
-    return ints.cast(SEGMENT_TIMESTAMP)
 
 
 # --- checking Python values of send() --------------------------------------------------------
