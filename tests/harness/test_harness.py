@@ -165,12 +165,10 @@ def _quick(
     report = run(cfg)
     summary = report.summary()
     assert report.ok, summary
-    # The run did what it is for: transactions committed and aborted, faults injected. (On
-    # the moto server at a high machine load a 20 s run commits only a few transactions.)
+    # The run did what it is for: transactions committed and aborted, faults injected (the
+    # driver ran until its journals showed as much, so a loaded machine needs no lower bar).
     tx = summary["transactions"]
-    assert tx.get("commit", 0) >= commits, summary
-    if commits >= 10:
-        assert tx.get("abort", 0) >= 1, summary
+    assert tx.get("commit", 0) >= commits and tx.get("abort", 0) >= 1, summary
     faults = summary["faults"]
     assert faults.get("store_before", 0) + faults.get("store_slow", 0) >= 1, summary
     assert faults.get("sigkill", 0) + faults.get("zombie", 0) + faults.get("outage", 0) >= 2
@@ -194,7 +192,7 @@ def test_quick_run_moto_s3(moto_server: str) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="harness-quick-", dir="/tmp"))
     try:
         url = f"s3://{create_bucket(moto_server)}/wh"
-        _quick(url, s3_options(moto_server), workdir, seconds=20, workers=2, commits=1)
+        _quick(url, s3_options(moto_server), workdir, seconds=20, workers=2, commits=3)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
