@@ -40,7 +40,7 @@ from txntable.accumulator import (
     timestamp_range,
 )
 from txntable.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
-from txntable.append import PendingBatch
+from txntable.append import AppendResult, PendingBatch
 from txntable.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.errors import (
     BufferExhaustedError,
@@ -379,10 +379,11 @@ class Producer:
         txn = self._require_txn()
         tid = self.transactional_id or ""
         pid, epoch = self.producer_id, self.producer_epoch
+        results: dict[str, AppendResult] = {}
         try:
             done, etag = self._retry(
                 lambda: self.coordinator.commit_short_path(
-                    tid, pid, epoch, intent, self._coordinator_cache
+                    tid, pid, epoch, intent, self._coordinator_cache, results
                 )
             )
         except (TransientStorageError, OSError) as e:
@@ -400,6 +401,11 @@ class Producer:
             raise
         for topic, items in by_table.items():
             table = self._table(topic)
+            appended = results.get(topic)
+            if appended is not None:  # our own append: its offsets, without a read
+                for segment, base in zip(items, appended.base_offsets, strict=True):
+                    segment.resolve(base)
+                continue
             for segment, batch in zip(items, intent[topic], strict=True):
                 meta = self._committed_batch(table, segment.partition, batch)
                 if meta is None:  # another client finished our decision: catch up once

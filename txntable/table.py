@@ -31,6 +31,10 @@ from txntable.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
 
 if TYPE_CHECKING:
+    from txntable.group_commit import GroupCommit, GroupCommitConfig
+    from txntable.sequencing import Operation
+
+if TYPE_CHECKING:
     from txntable.maintenance import (
         CheckpointReport,
         LogCleanupReport,
@@ -143,6 +147,7 @@ class Table:
         name: str,
         log: Log | None = None,
         finisher: StuckTransactionFinisher | None = None,
+        group_commit: GroupCommitConfig | None = None,
     ) -> None:
         self.store = store
         self.name = name
@@ -150,6 +155,11 @@ class Table:
         self._finisher = finisher
         self._lock = threading.RLock()
         self._snapshot: TableSnapshot | None = None
+        from txntable.group_commit import GroupCommit, GroupCommitConfig
+
+        cfg = group_commit or GroupCommitConfig()
+        #: Commits of this handle (group commit), or ``None``: each commit races alone.
+        self.group_commit: GroupCommit | None = GroupCommit(self, cfg) if cfg.enabled else None
 
     def snapshot(self, refresh: bool = True) -> TableSnapshot:
         """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
@@ -291,8 +301,8 @@ class Table:
             metadata = replace(s.metadata, schema=schema_to_json(new))
             return CommitPlan([metadata], new, "SET SCHEMA")
 
-        with self._lock:
-            plan, _ = self.log.commit(self.snapshot(), build)
+        self.snapshot()
+        plan, _ = self.commit(build)
         return plan.result
 
     @property
@@ -316,6 +326,13 @@ class Table:
         Returns:
             Offsets assigned (duplicates get their original offsets) and the version.
         """
+        if self.group_commit is not None:
+            from txntable.sequencing import AppendOp
+
+            op = AppendOp(tuple(batches), tuple(markers or ()), app_txn)
+            result, version = self.submit(op, transactional_id)
+            assert isinstance(result, AppendResult)
+            return result, version
         marks = markers or []
 
         def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
@@ -323,6 +340,19 @@ class Table:
 
         plan, version = self.commit(build, transactional_id)
         return plan.result, version
+
+    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[object, int]:
+        """Commit a declarative operation (an append, an offset commit), which any writer
+        of the table may commit on this one's behalf (group commit).
+
+        Returns:
+            The operation's result and the version that holds it.
+        """
+        self.snapshot(refresh=False)  # loaded, so a first commit needs no special case
+        if self.group_commit is None:
+            plan, version = self.commit(lambda s: op.plan(s, now_ms()), transactional_id)
+            return plan.result, version
+        return self.group_commit.submit(op, transactional_id)
 
     def commit(
         self,
@@ -334,6 +364,9 @@ class Table:
         Optimistic: the attempt starts from the handle's snapshot without a refresh; a lost
         race refreshes it and calls ``build`` again.
         """
+        if self.group_commit is not None:
+            self.snapshot(refresh=False)
+            return self.group_commit.commit(build, transactional_id)
         with self._lock:
             return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
 
