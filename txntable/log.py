@@ -589,10 +589,11 @@ class Log:
         """
         info = actions[-1]
         assert isinstance(info, CommitInfo)
-        if self._gap_check_due(listed=True):
+        if self._gap_check_due(listed=True) and self.check_tip(snap):
             # Never write version N+1 into a hole left by a deleted version (the versions
-            # after it would join the log behind a different N+1).
-            self.check_tip(snap)
+            # after it would join the log behind a different N+1). Versions that arrived
+            # meanwhile were applied: the actions were planned before them, plan again.
+            return False
         version = snap.version + 1
         key = self.version_key(version)
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from txntable import config
 from txntable.actions import CommitInfo, Marker
 from txntable.coordinator import TransactionCoordinator, TxnState
-from txntable.errors import InvalidConfigurationError
+from txntable.errors import CorruptLogError, InvalidConfigurationError, ObjectNotFoundError
 from txntable.log import Log, now_ms
 from txntable.snapshot import TableSnapshot
 from txntable.table import Table
@@ -138,11 +138,24 @@ def first_version_since(log: Log, since_ms: int, latest: int) -> int:
 
 
 def _intent_paths(table: Table) -> set[str]:
-    """Segments named by prepared short-path transactions (recovery will commit them)."""
+    """Segments named by prepared short-path transactions (recovery will commit them) and
+    by pending group-commit intents (a round may still commit them)."""
+    from txntable.group_commit import INTENTS_DIR
+    from txntable.sequencing import AppendOp, Intent
+
     coordinator = TransactionCoordinator(table.store)
     paths: set[str] = set()
     for tid in coordinator.transactional_ids():
         loaded = coordinator.load(tid)
         if loaded is not None and loaded[0].state is TxnState.PREPARE_COMMIT:
             paths.update(b.path for b in loaded[0].intent.get(table.name, ()))
+    for key in table.store.list(f"{table.name}/{INTENTS_DIR}/"):
+        try:
+            intent = Intent.from_json(table.store.get(key).data, key)
+        except ObjectNotFoundError:
+            continue  # decided and deleted meanwhile
+        except CorruptLogError:
+            continue  # no committer can decide it: what it names is garbage
+        if isinstance(intent.op, AppendOp):
+            paths.update(b.path for b in intent.op.batches)
     return paths
