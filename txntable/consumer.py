@@ -36,7 +36,6 @@ from txntable.groups import (
     check_offsets,
     committed_offset,
     open_group_table,
-    plan_offset_commit,
 )
 from txntable.log import now_ms
 from txntable.planning import (
@@ -56,6 +55,7 @@ from txntable.records import (
     rows_to_records,
 )
 from txntable.schema import TypedLayout, layout_of
+from txntable.sequencing import OffsetCommitOp
 from txntable.snapshot import PartitionState
 from txntable.subscription import ConsumerRebalanceListener, Subscription
 from txntable.table import Table
@@ -722,8 +722,7 @@ class Consumer:
     ) -> None:
         table = self._group_table()
         assert table is not None
-        group = self.group_id or ""
-        table.commit(lambda s: plan_offset_commit(s, group, offsets, generation))
+        table.submit(OffsetCommitOp.of(self.group_id or "", offsets, generation))
 
     def commit_async(
         self,

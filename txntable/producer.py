@@ -63,7 +63,6 @@ from txntable.groups import (
     OffsetAndMetadata,
     check_offsets,
     open_group_table,
-    plan_offset_commit,
 )
 from txntable.maintenance import AutoMaintenance
 from txntable.partitioner import StickyPartitioner
@@ -80,6 +79,7 @@ from txntable.recovery import StuckTransactionFinisher
 from txntable.retry import retry_transient
 from txntable.schema import TypedLayout, check_record
 from txntable.schema import record_sizes as typed_record_sizes
+from txntable.sequencing import OffsetCommitOp
 from txntable.table import Table
 from txntable.transaction_manager import ClientTxnState, TransactionManager
 from txntable.typed import segment_rows, typed_columns
@@ -494,11 +494,8 @@ class Producer:
         def commit() -> None:
             # A retry after an unresolved ambiguous commit may write the same pending
             # offsets twice: the later one wins, with the same values.
-            group_table().commit(
-                lambda s: plan_offset_commit(
-                    s, meta.group_id, offsets, meta.generation_id, pid, epoch
-                ),
-                tid,
+            group_table().submit(
+                OffsetCommitOp.of(meta.group_id, offsets, meta.generation_id, pid, epoch), tid
             )
 
         try:

@@ -19,9 +19,9 @@ long: so an intent is decided at most once whoever commits it, however late.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from txntable.actions import (
     GROUP_COMMIT_WRITER_VERSION,
@@ -38,6 +38,10 @@ from txntable.append import PendingBatch, PendingMarker, plan_append
 from txntable.errors import CorruptLogError, TxnTableError, UnsupportedProtocolError
 from txntable.log import CommitPlan
 from txntable.snapshot import TableSnapshot, apply_action
+
+if TYPE_CHECKING:
+    from txntable.groups import OffsetAndMetadata
+    from txntable.records import TopicPartition
 
 #: Version of the intent object's encoding.
 INTENT_FORMAT_VERSION = 1
@@ -111,6 +115,23 @@ class OffsetCommitOp:
     generation: int = -1
     producer_id: int = -1
     producer_epoch: int = -1
+
+    @staticmethod
+    def of(
+        group: str,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+        generation: int = -1,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> OffsetCommitOp:
+        """The operation committing ``offsets`` (already checked) for ``group``."""
+        return OffsetCommitOp(
+            group,
+            tuple((tp.topic, tp.partition, om.offset, om.metadata) for tp, om in offsets.items()),
+            generation,
+            producer_id,
+            producer_epoch,
+        )
 
     def plan(self, snap: TableSnapshot, now: int) -> CommitPlan[Any]:
         from txntable.groups import OffsetAndMetadata, plan_offset_commit
