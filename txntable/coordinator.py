@@ -329,6 +329,13 @@ class TransactionCoordinator:
         self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close the table handles the coordinator opened itself (group offset logs)."""
+        with self._lock:
+            tables = list(self._tables.values())
+        for table in tables:
+            table.close()
+
     @staticmethod
     def key(transactional_id: str) -> str:
         """Key of the coordinator object of ``transactional_id``."""

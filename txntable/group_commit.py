@@ -32,12 +32,14 @@ who does the work and how fast a follower hears of it. What a version decides is
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import random
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -394,6 +396,8 @@ class GroupCommit:
             self._wake.notify_all()
         if committer is not None:
             committer.join(5)
+        with self._lock:
+            self._closing = False  # usable again: a later commit starts as a single writer
 
     # --- modes -----------------------------------------------------------------------
 
@@ -436,6 +440,7 @@ class GroupCommit:
                     target=self._run_committer, name="txntable-committer", daemon=True
                 )
                 self._committer.start()
+                _track(self)
 
     # --- solo ------------------------------------------------------------------------
 
@@ -529,7 +534,10 @@ class GroupCommit:
                             local.settle(again=True)
                         break
                 if listing is None:
-                    listing = self._executor().submit(self._list_intents)
+                    try:
+                        listing = self._executor().submit(self._list_intents)
+                    except RuntimeError:  # the interpreter is shutting down
+                        break
                 try:
                     foreign, listing = self._round(locals_, listing)
                 except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
@@ -888,6 +896,37 @@ class GroupCommit:
             current = self.lease.read()
         self._seen = current
         self._round([], None, mine=intent)
+
+
+#: Handles whose committer thread may still run; stopped when the interpreter exits.
+_LIVE: weakref.WeakSet[GroupCommit] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_exit_hook = False
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        handles = list(_LIVE)
+    for handle in handles:
+        handle.close()
+
+
+def _track(handle: GroupCommit) -> None:
+    """Remember a running committer; stop them all when the main thread ends (before the
+    thread pools they use are shut down), releasing their leases."""
+    global _exit_hook
+    with _LIVE_LOCK:
+        _LIVE.add(handle)
+        if _exit_hook:
+            return
+        _exit_hook = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading._register_atexit")
+        register(_stop_all)
+    except RuntimeError:  # missing, or the interpreter is already shutting down
+        atexit.register(_stop_all)
 
 
 def append_result(snap: TableSnapshot, op: AppendOp) -> AppendResult:

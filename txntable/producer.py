@@ -1081,6 +1081,10 @@ class Producer:
         self._sender.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+        # A producer committing rounds for other writers hands that over now.
+        for table in [*self._tables.values(), *(t for t in self._groups.values() if t)]:
+            table.close()
+        self.coordinator.close()
         _LIVE.discard(self)
 
     def _stop_at_exit(self) -> None:

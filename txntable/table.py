@@ -175,6 +175,14 @@ class Table:
                 self.log.refresh(self._snapshot)
             return self._snapshot
 
+    def close(self) -> None:
+        """Stop committing rounds for others (releasing the committer lease, if held).
+
+        The handle stays usable: a later commit starts again as a single writer.
+        """
+        if self.group_commit is not None:
+            self.group_commit.close()
+
     def _configure(self, snap: TableSnapshot) -> None:
         assert snap.metadata is not None
         try:
