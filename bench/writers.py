@@ -189,6 +189,7 @@ class Run:
     results: list[WriterResult]
     versions: int  # log versions written while it ran
     check: Check
+    settled: dict[str, list[str]]  # what recover() finished after the run, by kind
     maintenance: list[MaintenanceRun] | None = None
     worker_errors: list[str] = field(default_factory=list)
 
@@ -516,14 +517,32 @@ def run_writers(
                 proc.join()
     results.sort(key=lambda r: r.writer)
     versions = reader.table(label).snapshot().version - versions_before
+    settled = settle_transactions(reader)
     check = readback_check(reader, label, results)
     if worker_errors:
         check.passed = False
         check.problems.insert(0, f"{len(worker_errors)} worker process(es) failed")
+    for tid, error in settled.get("failed", {}).items():
+        check.passed = False
+        check.problems.append(f"recover() failed for {tid}: {error}")
     return Run(
-        label, writers, processes, seconds, start, results, versions, check, maintenance_runs,
-        worker_errors,
+        label, writers, processes, seconds, start, results, versions, check,
+        {k: sorted(v) for k, v in settled.items()}, maintenance_runs, worker_errors,
     )
+
+
+def settle_transactions(reader: Warehouse) -> dict[str, Any]:
+    """Finish every decision the coordinator holds, as an operator's ``recover()`` (or the
+    next ``init_transactions`` of each id) would, so that the readback sees the table's
+    final state: a transaction prepared to commit becomes visible now, even if its
+    producer reported it failed or aborted (which the check then reports)."""
+    report = reader.recover()
+    return {
+        "committed": report.committed,
+        "aborted": report.aborted,
+        "timed_out": report.timed_out,
+        "failed": report.failed,
+    }
 
 
 # --- the exactly-once check ------------------------------------------------------------------
@@ -670,6 +689,7 @@ def summarise(run: Run, baseline_commits_per_s: float | None) -> dict[str, Any]:
         "overrun_s": max(0.0, last_end - deadline),
         "check": "PASS" if run.check.passed else "FAIL",
         "check_detail": asdict(run.check),
+        "settled_after_run": run.settled,
         "worker_errors": run.worker_errors,
     }
     if run.maintenance is not None:
@@ -738,10 +758,17 @@ def format_details(r: dict[str, Any]) -> str:
         + (f"; partitions with an open transaction: {check['open_partitions']}"
            if check["open_partitions"] else "")
     )
-    for problem in check["problems"][:20]:
-        lines.append(f"    ! {problem}")
-    if len(check["problems"]) > 20:
-        lines.append(f"    ! ... {len(check['problems']) - 20} more")
+    settled = {k: len(v) for k, v in r["settled_after_run"].items() if v}
+    if settled:
+        lines.append(
+            "  recover() after the run finished: "
+            + ", ".join(f"{n} {kind}" for kind, n in settled.items())
+        )
+    kinds = Counter(error_kind(p) for p in check["problems"])
+    if len(check["problems"]) > 10:
+        lines.extend(f"    ! {n} x {kind}" for kind, n in kinds.most_common())
+        lines.append("    first ones:")
+    lines.extend(f"    ! {problem}" for problem in check["problems"][:10])
     for error in r["worker_errors"]:
         lines.append("  worker error:\n" + error)
     if "maintenance" in r:
