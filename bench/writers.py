@@ -448,14 +448,14 @@ def run_writers(
         label, partitions=PARTITIONS, configuration=MAINTENANCE_CONFIG if maintenance else None
     )
     processes = max(1, min(processes, writers))
-    run_id = uuid.uuid4().hex[:8]
     jobs = [
         WorkerJob(
             index=p,
             backend=backend,
             table=label,
             writers=list(range(p, writers, processes)),
-            transactional_ids=[f"bench-{label}-{run_id}-{w}" for w in range(p, writers, processes)],
+            # Unique: every bench run has a fresh warehouse, every W its own label.
+            transactional_ids=[f"bench-{label}-{w}" for w in range(p, writers, processes)],
             seconds=seconds,
             seed=seed,
         )
