@@ -37,7 +37,7 @@ LOG_GAP_CHECK_INTERVAL_MS_DEFAULT = 60_000
 #: Group commit (many writers of one log; see txntable.group_commit): on by default.
 GROUP_COMMIT_DEFAULT = True
 #: How long a committer's lease lasts unless renewed.
-COMMIT_LEASE_MS_DEFAULT = 2_000
+COMMIT_LEASE_MS_DEFAULT = 5_000
 #: How long a writer waits for a round to decide its intent before committing one itself.
 COMMIT_HELP_MS_DEFAULT = 500
 #: A committer with no other writer's intent for this long steps down.

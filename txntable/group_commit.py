@@ -324,6 +324,7 @@ class GroupCommit:
         self._conflicts = 0
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
         self._pool: ThreadPoolExecutor | None = None
+        self._deleting: set[str] = set()  # intent keys being deleted
         #: The outcome record as this handle last wrote or read it: version -> {intent id:
         #: [error, message, result]}, and its etag (None: not known).
         self._record: dict[int, dict[str, list[Any]]] = {}
@@ -691,7 +692,12 @@ class GroupCommit:
         """LIST the intents and GET the ones not read yet (I/O only; run in the pool)."""
         root = self.table.log.root
         keys = sorted(self.table.store.list(f"{root}/{INTENTS_DIR}/"))
-        fresh = [k for k in keys if k not in self._intents and intent_id_of(k) is not None]
+        decided = self.table.snapshot(refresh=False).intents
+        fresh = [
+            k
+            for k in keys
+            if k not in self._intents and (i := intent_id_of(k)) is not None and i not in decided
+        ]
         return _Listing(keys, self._read_intents(fresh))
 
     def _pending(self, listed: _Listing, mine: Intent | None) -> list[Intent]:
@@ -703,6 +709,10 @@ class GroupCommit:
             del self._intents[key]  # deleted by someone: decided or given up
         out: list[Intent] = []
         done: list[str] = []
+        for key in listed.keys:
+            intent_id = intent_id_of(key)
+            if key not in self._intents and intent_id is not None and intent_id in snap.intents:
+                done.append(key)  # decided, and not deleted yet (or its delete failed)
         for key, intent in sorted(self._intents.items()):
             if intent is None:
                 continue
@@ -742,6 +752,10 @@ class GroupCommit:
         self._delete(done)
 
     def _delete(self, keys: list[str]) -> None:
+        """Delete decided (or expired) intents in the background, each key once at a time."""
+        with self._lock:
+            keys = [k for k in keys if k not in self._deleting]
+            self._deleting.update(keys)
         if not keys:
             return
 
@@ -750,8 +764,15 @@ class GroupCommit:
                 self.table.store.delete_many(keys)
             except (StorageError, OSError) as e:
                 _log.info("intents not deleted (%s): a later round deletes them", e)
+            finally:
+                with self._lock:
+                    self._deleting.difference_update(keys)
 
-        self._executor().submit(delete)
+        try:
+            self._executor().submit(delete)
+        except RuntimeError:  # the interpreter is shutting down: a later round deletes them
+            with self._lock:
+                self._deleting.difference_update(keys)
 
     # --- follower --------------------------------------------------------------------
 
@@ -798,7 +819,9 @@ class GroupCommit:
         # however busy the committer looks (it may not see the intent); a slow committer
         # is not helped: helping adds work where time is short.
         help_at = started + help_s * random.uniform(1, 1.5)
-        poll = self.cfg.poll_ms / 1000
+        # Look about when a decision is due, then a few times per expected wait: each look
+        # is a request.
+        poll = max(self.cfg.poll_ms / 1000, self._decide_s / 4)
         time.sleep(min(self._decide_s * 0.8, help_s / 2))
         record_tip = -1
         misses = 0
