@@ -64,9 +64,15 @@ from typing import Literal
 import pyarrow as pa
 
 from txntable.errors import InvalidConfigurationError
-from txntable.names import validate_table_name
-from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
-from txntable.schema import TypedLayout
+from txntable.layout import validate_table_name
+from txntable.protocol.schema import TypedLayout
+from txntable.read.planning import (
+    EARLIEST,
+    LATEST,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    OffsetSpec,
+)
 from txntable.storage import check_storage_options
 
 __all__ = [

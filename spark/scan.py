@@ -1,6 +1,6 @@
 """Executor side of a read: planned segment slices in, Arrow record batches out.
 
-Runs inside Spark's Python workers. Reading is the core's (:mod:`txntable.reader`, shared
+Runs inside Spark's Python workers. Reading is the core's (:mod:`txntable.read.reader`, shared
 with ``Table.scan`` and the consumer): segments are fetched a few at a time in threads
 because object-store reads are latency bound. What is Spark's is here: the store is reopened
 from the warehouse URL and the storage options carried by the input partition (and cached
@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from txntable.reader import SegmentReader, prefetch
-from txntable.schema import TypedLayout
+from txntable.protocol.schema import TypedLayout
+from txntable.read.reader import SegmentReader, prefetch
 from txntable.storage import Store, open_store
 
 from .planning import SegmentSlice

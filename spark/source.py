@@ -24,10 +24,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from txntable.errors import InvalidConfigurationError
-from txntable.schema import TypedLayout, layout_of
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.schema import TypedLayout, layout_of
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.read.timestamps import version_at_timestamp
 from txntable.table import Table
-from txntable.timestamps import version_at_timestamp
 from txntable.warehouse import Warehouse
 
 from .options import (

@@ -30,8 +30,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
-from txntable.log import now_ms
-from txntable.snapshot import TableSnapshot
+from txntable.log.log import now_ms
+from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
 
 from .options import EARLIEST, LATEST, ReadOptions

@@ -14,13 +14,14 @@ version or a later one for the app id, in which case it writes nothing.
 Each Spark task routes its rows to table partitions (the ``partition`` column when set,
 else Kafka's murmur2 partitioner of ``key``, else one sticky partition per task for null
 keys), writes one Parquet segment per table partition (more when a partition exceeds
-``maxBytesPerSegment``) and returns :class:`~txntable.append.PendingBatch` descriptors. The
+``maxBytesPerSegment``) and returns :class:`~txntable.protocol.append.PendingBatch` descriptors. The
 driver commits every batch of the job as ONE log version: nothing is visible until then, and
 everything is at once. Batches are non-transactional (producer id -1), so the commit
 never conflicts with producers; a lost race only rebases offsets.
 
 A streaming micro-batch commits the same way plus an
-:class:`~txntable.actions.AppTxn` ``(appId, batchId)``; the check "batchId already applied?"
+:class:`~txntable.protocol.actions.AppTxn` ``(appId, batchId)``; the check "batchId already
+applied?"
 runs inside the commit's retry loop against the refreshed snapshot, so a batch replayed after
 a restart is skipped even when its first attempt's commit raced with other writers.
 """
@@ -58,8 +59,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txntable.actions import AppTxn, Batch
-from txntable.append import AppendResult, PendingBatch, plan_append
 from txntable.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -67,10 +66,13 @@ from txntable.errors import (
     TxnTableError,
     UnknownTopicOrPartitionError,
 )
-from txntable.log import CommitPlan, now_ms
-from txntable.partitioner import partitions_for_keys
-from txntable.records import SEGMENT_SCHEMA
-from txntable.schema import (
+from txntable.log.log import CommitPlan, now_ms
+from txntable.maintenance.vacuum import new_segment_name
+from txntable.producer.partitioner import partitions_for_keys
+from txntable.protocol.actions import AppTxn, Batch
+from txntable.protocol.append import AppendResult, PendingBatch, plan_append
+from txntable.protocol.records import SEGMENT_SCHEMA
+from txntable.protocol.schema import (
     TypedLayout,
     castable,
     check_evolution,
@@ -78,10 +80,9 @@ from txntable.schema import (
     merge_schemas,
     schema_to_json,
 )
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
-from txntable.vacuum import new_segment_name
 
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store
@@ -240,7 +241,8 @@ class Router:
 
 
 def encode_table(table: pa.Table) -> bytes:
-    """A segment's bytes (same layout and codec as :func:`txntable.records.encode_segment`)."""
+    """A segment's bytes (same layout and codec as
+    :func:`txntable.protocol.records.encode_segment`)."""
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()

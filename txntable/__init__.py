@@ -1,9 +1,9 @@
 """txntable: Kafka's exactly-once machinery as a table format on object storage."""
 
 from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
-from txntable.groups import ConsumerGroupMetadata, OffsetAndMetadata
-from txntable.producer import Producer
-from txntable.records import ConsumerRecord, RecordMetadata, TopicPartition
+from txntable.groups.offsets import ConsumerGroupMetadata, OffsetAndMetadata
+from txntable.producer.producer import Producer
+from txntable.protocol.records import ConsumerRecord, RecordMetadata, TopicPartition
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 

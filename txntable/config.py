@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError
-from txntable.names import validate_id
+from txntable.layout import validate_id
 
 # --- log ----------------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ def optional(validator: Validator) -> Validator:
 
 def assignment_strategy(name: str, value: object) -> object:
     """An assignor name or a non-empty list of them (``range``, ``cooperative-sticky``)."""
-    from txntable.assignors import check_strategies
+    from txntable.groups.assignors import check_strategies
 
     return check_strategies(value)
 

@@ -1,7 +1,7 @@
 """The consumer: assign partitions, seek, and poll records below the HW or the LSO.
 
 Under ``read_committed`` a poll returns only offsets below the last stable offset, with
-aborted transactions removed by :mod:`txntable.aborted` (the same module the Spark reader
+aborted transactions removed by :mod:`txntable.protocol.aborted` (the same module the Spark reader
 uses) and markers skipped; the position moves past both, so a read_committed consumer sees
 gaps, as with Kafka. ``read_uncommitted`` returns everything below the high watermark.
 """
@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 
 from txntable import config
-from txntable.assignors import check_strategies
 from txntable.errors import (
     CommitFailedError,
     IllegalGenerationError,
@@ -30,7 +29,8 @@ from txntable.errors import (
     TxnTableError,
     UnstableOffsetCommitError,
 )
-from txntable.groups import (
+from txntable.groups.assignors import check_strategies
+from txntable.groups.offsets import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
     check_offsets,
@@ -38,8 +38,19 @@ from txntable.groups import (
     open_group_table,
     plan_offset_commit,
 )
-from txntable.log import now_ms
-from txntable.planning import (
+from txntable.groups.subscription import ConsumerRebalanceListener, Subscription
+from txntable.log.log import now_ms
+from txntable.protocol.records import (
+    ConsumerRecord,
+    TopicPartition,
+    check_topic_partition,
+    check_topic_partitions,
+    rows_to_records,
+)
+from txntable.protocol.schema import TypedLayout, layout_of
+from txntable.protocol.snapshot import PartitionState
+from txntable.protocol.typed import rows_to_dict_records
+from txntable.read.planning import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchPlan,
@@ -47,20 +58,14 @@ from txntable.planning import (
     plan_fetch,
     take,
 )
-from txntable.reader import SegmentCache, SegmentReader, slice_rows, to_output
-from txntable.records import (
-    ConsumerRecord,
-    TopicPartition,
-    check_topic_partition,
-    check_topic_partitions,
-    rows_to_records,
+from txntable.read.reader import (
+    SegmentCache,
+    SegmentReader,
+    slice_rows,
+    to_output,
 )
-from txntable.schema import TypedLayout, layout_of
-from txntable.snapshot import PartitionState
-from txntable.subscription import ConsumerRebalanceListener, Subscription
+from txntable.read.timestamps import OffsetAndTimestamp, offset_for_time
 from txntable.table import Table
-from txntable.timestamps import OffsetAndTimestamp, offset_for_time
-from txntable.typed import rows_to_dict_records
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -324,9 +329,9 @@ class Consumer:
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + 1.0
-        from txntable.coordinator import TransactionCoordinator
-        from txntable.groups import group_root
-        from txntable.recovery import finish_if_stuck
+        from txntable.groups.offsets import group_root
+        from txntable.txn.coordinator import TransactionCoordinator
+        from txntable.txn.recovery import finish_if_stuck
 
         table = self._group_table(create=False)
         if table is None:
@@ -435,7 +440,7 @@ class Consumer:
         Kafka's ``offsetsForTimes``: records visible at this consumer's isolation level
         count (read_committed: below the LSO, aborted ones skipped); ``None`` where no
         record is that recent. Batches are skipped by their timestamp bounds in the log;
-        at most one segment per partition is read (see :mod:`txntable.timestamps`).
+        at most one segment per partition is read (see :mod:`txntable.read.timestamps`).
 
         Raises:
             InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to an int.
@@ -495,7 +500,7 @@ class Consumer:
         """:meth:`poll`, with each partition's records as one Arrow table.
 
         The tables have the columns of ``Table.scan`` (key, value, topic, partition,
-        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`; a typed table's
+        offset, timestamp, headers; :data:`~txntable.protocol.records.READ_SCHEMA`; a typed table's
         columns, then partition, offset and timestamp). Positions move
         exactly as :meth:`poll` moves them, past markers and aborted batches included.
 

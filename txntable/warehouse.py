@@ -10,7 +10,22 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from txntable import config
-from txntable.actions import (
+from txntable.errors import (
+    InvalidArgumentTypeError,
+    InvalidConfigurationError,
+    ObjectExistsError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from txntable.groups.offsets import (
+    GroupDescription,
+    describe_group,
+    group_root,
+    list_groups,
+)
+from txntable.layout import validate_table_name
+from txntable.log.log import Log, now_ms
+from txntable.protocol.actions import (
     CREATE_READER_VERSION,
     CREATE_WRITER_VERSION,
     DEFAULT_RECORD_SCHEMA,
@@ -20,24 +35,14 @@ from txntable.actions import (
     Protocol,
     encode_actions,
 )
-from txntable.coordinator import TransactionCoordinator, TransactionListing
-from txntable.errors import (
-    InvalidArgumentTypeError,
-    InvalidConfigurationError,
-    ObjectExistsError,
-    TableExistsError,
-    TableNotFoundError,
-)
-from txntable.groups import GroupDescription, describe_group, group_root, list_groups
-from txntable.log import Log, now_ms
-from txntable.names import validate_table_name
-from txntable.recovery import RecoveryReport, StuckTransactionFinisher, recover
-from txntable.schema import TYPED_PROTOCOL_VERSION, normalize_schema, schema_to_json
+from txntable.protocol.schema import TYPED_PROTOCOL_VERSION, normalize_schema, schema_to_json
 from txntable.storage.base import Store
 from txntable.table import Table
+from txntable.txn.coordinator import TransactionCoordinator, TransactionListing
+from txntable.txn.recovery import RecoveryReport, StuckTransactionFinisher, recover
 
 if TYPE_CHECKING:
-    from txntable.verify import VerifyReport
+    from txntable.maintenance.verify import VerifyReport
 
 
 class Warehouse:
@@ -94,7 +99,7 @@ class Warehouse:
             return None
         with self._finisher_lock:
             if self._finisher is None:
-                from txntable.coordinator import TransactionCoordinator
+                from txntable.txn.coordinator import TransactionCoordinator
 
                 # Readers only complete decided (prepared) transactions; aborting expired
                 # ones is left to writers, which Kafka's coordinator plays here.
@@ -115,7 +120,8 @@ class Warehouse:
         key: Sequence[str] | str | None = None,
     ) -> Table:
         """Create a table: Kafka's record (key, value, headers, timestamp), or with
-        ``schema`` a typed table of the user's columns (protocol v3, :mod:`txntable.schema`).
+        ``schema`` a typed table of the user's columns (protocol v3,
+        :mod:`txntable.protocol.schema`).
 
         Args:
             name: The table name (Kafka's topic rules, no leading ``_``).
@@ -198,7 +204,7 @@ class Warehouse:
     def recover(
         self, now: int | None = None, timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT
     ) -> RecoveryReport:
-        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`).
+        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.txn.recovery`).
 
         Raises:
             KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
@@ -225,7 +231,7 @@ class Warehouse:
         Raises:
             ObjectNotFoundError: If the group has no offset log.
         """
-        from txntable.verify import verify_log
+        from txntable.maintenance.verify import verify_log
 
         root = group_root(group_id)
         return verify_log(Log(self.store, root), root, False, progress, group_log=True)

@@ -7,11 +7,16 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from txntable import Consumer, TopicPartition
-from txntable.actions import Action, Batch, Metadata, Protocol
-from txntable.append import AppendResult, PendingBatch
-from txntable.log import Log
-from txntable.records import ConsumerRecord, ProducerRecord, encode_segment
-from txntable.snapshot import TableSnapshot, replay
+from txntable.log.log import Log
+from txntable.protocol.actions import (
+    Action,
+    Batch,
+    Metadata,
+    Protocol,
+)
+from txntable.protocol.append import AppendResult, PendingBatch
+from txntable.protocol.records import ConsumerRecord, ProducerRecord, encode_segment
+from txntable.protocol.snapshot import TableSnapshot, replay
 from txntable.storage import StoreWrapper
 from txntable.storage.base import Store
 from txntable.table import Table

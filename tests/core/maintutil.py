@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from core.helpers import read_all
 from txntable import Producer, TopicPartition, Warehouse
-from txntable.actions import Segment
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.actions import Segment
+from txntable.protocol.snapshot import TableSnapshot
 
 MANUAL = {"linger_ms": 600_000, "batch_size": 1 << 30}
 

@@ -13,9 +13,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from core.helpers import batch, snapshot_of
-from txntable.aborted import classify_entries, visible_batches
-from txntable.actions import AbortedTxn, Action, Batch, Marker, Segment
-from txntable.snapshot import Entry
+from txntable.protocol.aborted import classify_entries, visible_batches
+from txntable.protocol.actions import (
+    AbortedTxn,
+    Action,
+    Batch,
+    Marker,
+    Segment,
+)
+from txntable.protocol.snapshot import Entry
 
 P1, P2, P3 = 1, 2, 3
 IDEMPOTENT = 9

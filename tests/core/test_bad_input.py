@@ -10,8 +10,12 @@ from collections.abc import Callable
 import pytest
 
 from core.helpers import read_all, write_batch
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.actions import Batch
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import (
     CorruptLogError,
     InvalidTableNameError,
@@ -22,7 +26,8 @@ from txntable.errors import (
     TableNotFoundError,
     UnsupportedProtocolError,
 )
-from txntable.records import ProducerRecord, encode_segment
+from txntable.protocol.actions import Batch
+from txntable.protocol.records import ProducerRecord, encode_segment
 
 MakeProducer = Callable[..., Producer]
 TP = TopicPartition("orders", 0)
@@ -257,8 +262,8 @@ def test_bad_checkpoint_interval_is_refused_at_create(tmp_path) -> None:  # noqa
 
 def test_a_damaged_version_never_leaves_a_torn_snapshot(tmp_path) -> None:  # noqa: ANN001
     from txntable import Warehouse
-    from txntable.actions import Batch, encode_actions
     from txntable.errors import CorruptLogError
+    from txntable.protocol.actions import Batch, encode_actions
 
     wh = Warehouse(tmp_path.as_uri())
     table = wh.create_table("t", partitions=2)

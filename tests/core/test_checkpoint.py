@@ -11,7 +11,7 @@ import pytest
 from core.conftest import RecordingStore
 from core.helpers import batch, log_versions, read_all, version0, write_batch
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.actions import (
+from txntable.protocol.actions import (
     Action,
     AppTxn,
     CommitInfo,
@@ -21,8 +21,13 @@ from txntable.actions import (
     decode_actions,
     encode_actions,
 )
-from txntable.append import PendingBatch, PendingMarker, plan_append
-from txntable.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint, replay
+from txntable.protocol.append import PendingBatch, PendingMarker, plan_append
+from txntable.protocol.snapshot import (
+    TableSnapshot,
+    checkpoint_actions,
+    load_checkpoint,
+    replay,
+)
 from txntable.table import Table
 
 TXN_PIDS = (1, 2, 3)
@@ -268,7 +273,7 @@ def test_consumer_poll_reads_only_new_versions(recording_store: RecordingStore) 
 
 
 def test_checkpoint_spacing_keeps_amortised_cost_bounded() -> None:
-    from txntable.log import CHECKPOINT_ENTRIES_PER_VERSION, checkpoint_due
+    from txntable.log.log import CHECKPOINT_ENTRIES_PER_VERSION, checkpoint_due
 
     assert not checkpoint_due(0, 100, 0)
     assert not checkpoint_due(100, 0, 0)  # interval 0 disables checkpoints

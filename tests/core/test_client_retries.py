@@ -16,11 +16,21 @@ import pytest
 
 from core.conftest import ReadFaultStore
 from core.helpers import read_all
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import KafkaTimeoutError, TransientStorageError
-from txntable.groups import ConsumerGroupMetadata, OffsetAndMetadata
-from txntable.storage.base import ObjectInfo, Store, StoredObject, StoreWrapper
-from txntable.transaction_manager import ClientTxnState
+from txntable.groups.offsets import ConsumerGroupMetadata, OffsetAndMetadata
+from txntable.producer.transaction_manager import ClientTxnState
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    StoreWrapper,
+)
 
 MakeProducer = Callable[..., Producer]
 

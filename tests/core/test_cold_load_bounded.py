@@ -16,7 +16,7 @@ import pytest
 from core.helpers import write_batch
 from txntable import Consumer, TopicPartition, Warehouse
 from txntable.errors import CorruptLogError
-from txntable.log import tip_probes
+from txntable.log.log import tip_probes
 from txntable.storage import CountingStore
 from txntable.storage.local import LocalStore
 from txntable.storage.memory import MemoryStore
@@ -158,7 +158,7 @@ def test_maintenance_keeps_the_log_directory_bounded(tmp_path: pathlib.Path) -> 
     import os
 
     from txntable.config import VERSION_RETENTION_MS_DEFAULT
-    from txntable.log import now_ms
+    from txntable.log.log import now_ms
 
     wh = Warehouse(f"file://{tmp_path}/lake")
     table = wh.create_table("t", configuration={"retention.ms": "-1"})

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.append import PendingBatch
-from txntable.merge import Compaction, latest_offsets, plan_groups
-from txntable.records import ProducerRecord, encode_segment
+from txntable.maintenance.merge import Compaction, latest_offsets, plan_groups
+from txntable.protocol.append import PendingBatch
+from txntable.protocol.records import ProducerRecord, encode_segment
 from txntable.table import Table
 
 DAY = 86_400_000
@@ -74,7 +74,8 @@ def test_keeps_answers_membership_in_the_sorted_offsets() -> None:
 def test_many_folds_null_keys_tombstones_and_recompaction_match_a_dict(
     monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    monkeypatch.setattr("txntable.merge.KEY_MAP_FOLD_ROWS", 3)  # fold after every segment
+    # fold after every segment
+    monkeypatch.setattr("txntable.maintenance.merge.KEY_MAP_FOLD_ROWS", 3)
     rng = random.Random(seed)
     wh = Warehouse(f"memory://keymap-{uuid.uuid4().hex}")
     table = wh.create_table(

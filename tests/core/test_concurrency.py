@@ -10,7 +10,7 @@ from procutil import run_workers
 
 from core.helpers import read_all
 from txntable import Producer, Warehouse
-from txntable.partitioner import partition_for_key
+from txntable.producer.partitioner import partition_for_key
 
 PROCESSES = 4
 RECORDS = 300

@@ -7,8 +7,12 @@ from collections.abc import Callable
 import pytest
 
 from core.helpers import offsets_values
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.actions import Batch, LogStart
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import (
     IllegalStateError,
     NoOffsetForPartitionError,
@@ -16,7 +20,8 @@ from txntable.errors import (
     TableNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from txntable.log import CommitPlan
+from txntable.log.log import CommitPlan
+from txntable.protocol.actions import Batch, LogStart
 from txntable.table import OpenTransaction, PartitionDescription, ProducerDescription
 
 MakeProducer = Callable[..., Producer]

@@ -9,14 +9,14 @@ import pytest
 from core.conftest import ReadFaultStore
 from core.helpers import read_all
 from txntable import Producer, Warehouse
-from txntable.actions import AbortedTxn, Marker
 from txntable.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     ProducerFencedError,
     StorageError,
 )
-from txntable.transaction_manager import ClientTxnState
+from txntable.producer.transaction_manager import ClientTxnState
+from txntable.protocol.actions import AbortedTxn, Marker
 
 MakeProducer = Callable[..., Producer]
 

@@ -9,8 +9,8 @@ import pytest
 from core.conftest import ReadFaultStore
 from core.helpers import log_versions, read_all, write_batch
 from txntable import Producer, Warehouse
-from txntable.actions import Batch
 from txntable.errors import OutOfOrderSequenceError, TransientStorageError
+from txntable.protocol.actions import Batch
 
 MakeProducer = Callable[..., Producer]
 

@@ -11,7 +11,12 @@ import pytest
 
 from core.conftest import RecordingStore
 from core.helpers import write_batch
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import CorruptLogError, VersionNotFoundError
 from txntable.storage.base import Store
 from txntable.table import Table

@@ -10,12 +10,12 @@ import pytest
 from core.helpers import log_versions
 from core.maintutil import Op, comparable, open_transaction, read, read_keys, run_history
 from txntable import Producer, Warehouse
-from txntable.actions import ExpireProducer, Protocol, Segment
 from txntable.errors import CorruptLogError, UnsupportedProtocolError, VersionNotAvailableError
-from txntable.log import Log
-from txntable.merge import plan_commit, plan_groups
-from txntable.records import MERGED_SEGMENT_SCHEMA, read_segment
-from txntable.snapshot import replay
+from txntable.log.log import Log
+from txntable.maintenance.merge import plan_commit, plan_groups
+from txntable.protocol.actions import ExpireProducer, Protocol, Segment
+from txntable.protocol.records import MERGED_SEGMENT_SCHEMA, read_segment
+from txntable.protocol.snapshot import replay
 
 DAY = 24 * 3600 * 1000
 
@@ -110,7 +110,7 @@ def test_a_producer_commit_rebases_over_a_merge(wh: Warehouse) -> None:
     assert len(runs) == 1
     # Someone appends between the merge's planning and its commit: the merge still lands.
     run_history(wh, "t", [Op("idem", ((0, 2),))])
-    from txntable.maintenance import rewrite
+    from txntable.maintenance.maintain import rewrite
 
     report = rewrite(table, compact=False)
     assert report.version is not None
@@ -190,7 +190,7 @@ def test_retention_by_time_and_bytes(wh: Warehouse) -> None:
     assert read(wh, "t", "read_committed")[0] == [(4, b"x"), (5, b"y")]
     assert table.snapshot().partition(0).entries[0].baseOffset == 4
     # Size (Kafka's rule): a segment goes only if the rest is still >= retention.bytes.
-    from txntable.retention import retention_point
+    from txntable.maintenance.retention import retention_point
 
     part = table.snapshot().partition(0)
     assert retention_point(part, 0, -1, part.size_bytes) == 4
@@ -280,7 +280,7 @@ def test_checkpoint_in_parts_and_a_damaged_part_is_skipped(
     assert comparable(Log(wh.store, "t").load()) == comparable(full)
     # Damage part 2: the checkpoint is skipped with a warning, the log replayed instead.
     wh.store.put(table.log.checkpoint_key(v, 2, parts), b'{"batch":{"nonsense":1}}\n')
-    with caplog.at_level(logging.WARNING, logger="txntable.log"):
+    with caplog.at_level(logging.WARNING, logger="txntable.log.log"):
         loaded = Log(wh.store, "t").load()
     assert comparable(loaded) == comparable(full)
     assert any("damaged checkpoint" in r.message for r in caplog.records)
@@ -312,7 +312,7 @@ def test_log_cleanup_keeps_time_travel_to_the_window(wh: Warehouse) -> None:
 def test_an_old_reader_refuses_a_maintained_table(
     wh: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import txntable.actions as actions
+    import txntable.protocol.actions as actions
 
     wh.create_table("t", partitions=1, configuration={"checkpoint.interval": "0"})
     run_history(wh, "t", [Op("idem", ((0, 1),))] * 3)
@@ -380,7 +380,7 @@ def test_create_table_refuses_bad_maintenance_settings(
 
 def test_plan_groups_sizes_runs_and_skips_what_needs_no_rewrite() -> None:
     from core.helpers import batch, snapshot_of
-    from txntable.actions import AbortedTxn, Marker
+    from txntable.protocol.actions import AbortedTxn, Marker
 
     snap = snapshot_of(
         [batch(0, 0, count=2)],  # 100 bytes each
@@ -423,7 +423,7 @@ def test_a_maintained_table_verifies_clean(wh: Warehouse) -> None:
 def test_verify_catches_a_merged_segment_with_moved_offsets(wh: Warehouse) -> None:
     import pyarrow.compute as pc
 
-    from txntable.records import encode_table
+    from txntable.protocol.records import encode_table
 
     wh.create_table("t", partitions=1)
     run_history(wh, "t", HISTORY_ONE)

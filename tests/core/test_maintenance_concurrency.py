@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from txntable import Warehouse
-from txntable.actions import Segment
+from txntable.protocol.actions import Segment
 
 pytestmark = pytest.mark.slow
 

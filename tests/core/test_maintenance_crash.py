@@ -13,8 +13,8 @@ import pytest
 
 from core.maintutil import HISTORY_FOR_CRASH, read, run_history
 from txntable import Warehouse
-from txntable.actions import Segment
-from txntable.vacuum import RETENTION_MS_MIN, referenced_paths, vacuum
+from txntable.maintenance.vacuum import RETENTION_MS_MIN, referenced_paths, vacuum
+from txntable.protocol.actions import Segment
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from core.helpers import log_versions
 from core.maintutil import Op, comparable, op_lists, open_transaction, read_keys, run_history
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.log import Log
-from txntable.snapshot import replay
+from txntable.log.log import Log
+from txntable.protocol.snapshot import replay
 
 _names = itertools.count()
 
@@ -50,7 +50,7 @@ def test_merge_retention_vacuum_keep_read_committed(
         if step == "optimize":
             table.optimize(target_bytes=arg)
         elif step == "retention":
-            from txntable.retention import plan_retention
+            from txntable.maintenance.retention import plan_retention
 
             table.commit(lambda s, b=arg: plan_retention(s, 0, -1, b))
         elif step == "vacuum":

@@ -19,11 +19,16 @@ import pytest
 
 from core.helpers import SegmentLog
 from core.maintutil import MANUAL, SPARSE, compacted_table, read, sparse_history
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.actions import Segment
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import SchemaMismatchError
-from txntable.planning import plan_fetch
-from txntable.records import encode_table, read_segment
+from txntable.protocol.actions import Segment
+from txntable.protocol.records import encode_table, read_segment
+from txntable.read.planning import plan_fetch
 from txntable.storage import MemoryStore
 
 T = "t"
@@ -318,7 +323,7 @@ def test_a_merge_planned_before_a_concurrent_delete_records_drops_the_runs_it_pa
 ) -> None:
     """The rebase check of a merge refuses runs starting wholly below a log start moved
     between planning and commit (the v2 upgrade would drop their entries)."""
-    from txntable.merge import plan_commit, plan_groups
+    from txntable.maintenance.merge import plan_commit, plan_groups
 
     wh.create_table(T, partitions=1)
     idem = Producer(wh, **MANUAL)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from txntable.partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from txntable.producer.partitioner import (
+    StickyPartitioner,
+    murmur2,
+    partition_for_key,
+    to_positive,
+)
 
 # Kafka's UtilsTest.testMurmur2.
 VECTORS = {
@@ -67,7 +72,7 @@ def test_vectorised_murmur2_equals_the_scalar_one() -> None:
 
     import pyarrow as pa
 
-    from txntable.partitioner import murmur2_array, partitions_for_keys
+    from txntable.producer.partitioner import murmur2_array, partitions_for_keys
 
     rng = random.Random(20260801)
     keys: list[bytes | None] = [

@@ -7,14 +7,19 @@ import dataclasses
 import pytest
 
 from core.helpers import batch, snapshot_of
-from txntable.actions import AbortedTxn, AppTxn, Batch, Marker
-from txntable.append import PendingBatch, PendingMarker, plan_append
 from txntable.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     UnknownTopicOrPartitionError,
 )
+from txntable.protocol.actions import (
+    AbortedTxn,
+    AppTxn,
+    Batch,
+    Marker,
+)
+from txntable.protocol.append import PendingBatch, PendingMarker, plan_append
 
 
 def pending(partition: int, count: int = 1, pid: int = -1, seq: int = -1, **kw: object):

@@ -8,9 +8,15 @@ from collections.abc import Callable
 import pytest
 
 from core.helpers import log_versions, read_all
-from txntable import Consumer, Producer, RecordMetadata, TopicPartition, Warehouse
-from txntable.actions import Batch, Marker
+from txntable import (
+    Consumer,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import TxnTableError
+from txntable.protocol.actions import Batch, Marker
 
 MakeProducer = Callable[..., Producer]
 TP = TopicPartition("t", 0)

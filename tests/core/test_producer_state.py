@@ -10,7 +10,7 @@ from txntable.errors import (
     OutOfOrderSequenceError,
     ProducerFencedError,
 )
-from txntable.producer_state import (
+from txntable.protocol.producer_state import (
     INT32_MAX,
     NUM_BATCHES_TO_RETAIN,
     BatchMetadata,

@@ -11,10 +11,15 @@ from collections.abc import Callable
 import pytest
 
 from core.helpers import drain, offsets_values, read_all
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.actions import AbortedTxn, Marker
-from txntable.append import PendingMarker
-from txntable.log import CommitPlan
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
+from txntable.log.log import CommitPlan
+from txntable.protocol.actions import AbortedTxn, Marker
+from txntable.protocol.append import PendingMarker
 
 TP = TopicPartition("orders", 0)
 MakeProducer = Callable[..., Producer]

@@ -23,15 +23,20 @@ import pyarrow as pa
 import pytest
 
 from core.helpers import SegmentLog, drain, write_batch
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import (
     InvalidConfigurationError,
     MissingSegmentError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from txntable.reader import prefetch
-from txntable.records import READ_SCHEMA
+from txntable.protocol.records import READ_SCHEMA
+from txntable.read.reader import prefetch
 from txntable.storage import MemoryStore
 
 MakeProducer = Callable[..., Producer]

@@ -14,8 +14,13 @@ import pytest
 from core.conftest import ReadFaultStore
 from core.helpers import drain, log_versions, read_all
 from core.test_idempotence import batches_in_log, is_log_version
-from txntable import Consumer, Producer, RecordMetadata, TopicPartition, Warehouse
-from txntable.actions import Batch, Marker
+from txntable import (
+    Consumer,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import (
     BufferExhaustedError,
     KafkaTimeoutError,
@@ -24,8 +29,9 @@ from txntable.errors import (
     TxnTableError,
     UnknownTopicOrPartitionError,
 )
-from txntable.futures import SegmentOffsets, SendBatchResult
-from txntable.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from txntable.producer.futures import SegmentOffsets, SendBatchResult
+from txntable.protocol.actions import Batch, Marker
+from txntable.protocol.records import HEADERS_TYPE, TIMESTAMP_TYPE
 from txntable.storage import MemoryStore
 from txntable.storage.base import StoreWrapper
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from core.helpers import batch, snapshot_of, version0
-from txntable.actions import (
+from txntable.errors import (
+    CorruptLogError,
+    UnknownTopicOrPartitionError,
+    UnsupportedProtocolError,
+)
+from txntable.protocol.actions import (
     AbortedTxn,
     Action,
     AppTxn,
@@ -18,12 +23,7 @@ from txntable.actions import (
     decode_actions,
     encode_actions,
 )
-from txntable.errors import (
-    CorruptLogError,
-    UnknownTopicOrPartitionError,
-    UnsupportedProtocolError,
-)
-from txntable.snapshot import TableSnapshot, replay
+from txntable.protocol.snapshot import TableSnapshot, replay
 
 PATH = "t/_log/00000000000000000007.json"
 

@@ -18,8 +18,14 @@ import pytest
 from core.conftest import RecordingStore
 from core.helpers import read_all, version0, write_batch
 from core.test_checkpoint import build_table
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.actions import (
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
+from txntable.errors import CorruptLogError, SchemaMismatchError
+from txntable.protocol.actions import (
     CommitInfo,
     LogStart,
     OffsetCommit,
@@ -27,10 +33,9 @@ from txntable.actions import (
     decode_actions,
     encode_actions,
 )
-from txntable.coordinator import PRODUCER_IDS_KEY, ProducerIdAllocator, TxnMetadata
-from txntable.errors import CorruptLogError, SchemaMismatchError
-from txntable.records import SEGMENT_SCHEMA, ProducerRecord, encode_segment
-from txntable.snapshot import checkpoint_actions, replay
+from txntable.protocol.records import SEGMENT_SCHEMA, ProducerRecord, encode_segment
+from txntable.protocol.snapshot import checkpoint_actions, replay
+from txntable.txn.coordinator import PRODUCER_IDS_KEY, ProducerIdAllocator, TxnMetadata
 
 MakeProducer = Callable[..., Producer]
 PATH = "t/_log/00000000000000000001.json"

@@ -19,8 +19,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.conftest import MANUAL_FLUSH
-from txntable import Consumer, Producer, TopicPartition, Warehouse, actions
-from txntable.actions import Metadata, Protocol, decode_actions, encode_actions
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import (
     CorruptLogError,
     InvalidConfigurationError,
@@ -28,8 +32,15 @@ from txntable.errors import (
     SerializationError,
     UnsupportedProtocolError,
 )
-from txntable.partitioner import partitions_for_keys
-from txntable.schema import (
+from txntable.producer.partitioner import partitions_for_keys
+from txntable.protocol import actions
+from txntable.protocol.actions import (
+    Metadata,
+    Protocol,
+    decode_actions,
+    encode_actions,
+)
+from txntable.protocol.schema import (
     check_evolution,
     merge_schemas,
     normalize_schema,

@@ -7,16 +7,16 @@ import pathlib
 import pytest
 
 from txntable import Producer, Warehouse
-from txntable.actions import Batch
-from txntable.coordinator import TransactionCoordinator, TxnState
 from txntable.errors import InvalidConfigurationError
-from txntable.log import now_ms
-from txntable.vacuum import (
+from txntable.log.log import now_ms
+from txntable.maintenance.vacuum import (
     RETENTION_MS_MIN,
     new_segment_name,
     segment_created_ms,
     vacuum,
 )
+from txntable.protocol.actions import Batch
+from txntable.txn.coordinator import TransactionCoordinator, TxnState
 
 HOUR = 3600 * 1000
 

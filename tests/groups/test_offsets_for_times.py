@@ -8,9 +8,14 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
+from txntable.read.timestamps import offset_for_time, timestamps_ms
 from txntable.storage import MemoryStore
-from txntable.timestamps import offset_for_time, timestamps_ms
 
 STEPS = st.lists(
     st.tuples(

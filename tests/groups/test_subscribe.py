@@ -12,11 +12,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from txntable import Consumer, OffsetAndMetadata, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import CommitFailedError, IllegalGenerationError, IllegalStateError
-from txntable.group_member import load_group
+from txntable.groups.member import load_group
+from txntable.groups.subscription import ConsumerRebalanceListener
 from txntable.storage import MemoryStore
-from txntable.subscription import ConsumerRebalanceListener
 
 T = "orders"
 ALL = {TopicPartition(T, p) for p in range(6)}

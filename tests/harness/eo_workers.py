@@ -32,9 +32,14 @@ from typing import Any
 import pyarrow as pa
 from eo_chaos import ChaosConfig, ChaosStore
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import ProducerFencedError, TxnTableError, UnstableOffsetCommitError
-from txntable.groups import OffsetAndMetadata
+from txntable.groups.offsets import OffsetAndMetadata
 from txntable.storage import open_store
 
 #: Data tables and their partition counts; ``ctp`` is the consume-transform-produce output.

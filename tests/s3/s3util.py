@@ -11,7 +11,7 @@ import boto3
 import storeutil
 
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.records import ConsumerRecord
+from txntable.protocol.records import ConsumerRecord
 from txntable.storage import CountingStore, Store
 from txntable.storage.base import StoredObject
 

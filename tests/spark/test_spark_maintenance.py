@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txntable import Warehouse
-from txntable.actions import Segment
+from txntable.protocol.actions import Segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -106,7 +106,7 @@ def test_spark_read_committed_survives_maintenance(
     before = _rows(spark, path, "read_committed")
     table = wh.table("t")
     table.optimize(target_bytes=target)
-    from txntable.retention import plan_retention
+    from txntable.maintenance.retention import plan_retention
 
     table.commit(lambda s: plan_retention(s, 0, -1, keep))
     table.vacuum(retention_ms=3600 * 1000)

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from sparkutil import TableWriter, arrow_rows, rec
 
-from txntable.actions import Batch
 from txntable.errors import (
     InvalidConfigurationError,
     InvalidTableNameError,
     OffsetOutOfRangeError,
 )
+from txntable.protocol.actions import Batch
 from txntable.warehouse import Warehouse
 from txntable_spark.options import (
     EARLIEST,
@@ -144,13 +144,13 @@ def test_out_of_range_offsets(mixed: TableWriter) -> None:
 
 
 def test_log_start_offset_and_fail_on_data_loss() -> None:
-    from txntable.actions import LogStart
+    from txntable.protocol.actions import LogStart
 
     tw = TableWriter(_wh(), "t", 1)
     for i in range(3):
         tw.batch(0, [rec(i)])
     snap = tw.table.snapshot()
-    from txntable.snapshot import apply_action
+    from txntable.protocol.snapshot import apply_action
 
     apply_action(snap, LogStart(0, 2))
     start = '{"t": {"0": 0}}'

@@ -18,7 +18,12 @@ import os
 import sys
 import time
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 
 
 def produce(wh: Warehouse, n: int) -> None:

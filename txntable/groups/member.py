@@ -1,0 +1,117 @@
+"""A consumer's membership in its group: the group object by CAS, and the generation fence.
+
+The transitions are :mod:`txntable.groups.state` (pure); this module loads the group object,
+applies one, and writes it back with ``put_if_match`` (``put_if_absent`` for the first
+member), reloading and re-applying after a lost race, exactly like the transaction
+coordinator. It also writes the generation fence to the group log
+(``spec/PROTOCOL.md#generation-fence``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from txntable.errors import (
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    TransientStorageError,
+)
+from txntable.groups.offsets import group_root, open_group_table
+from txntable.groups.state import GroupState, empty_group
+from txntable.log.log import CommitPlan, now_ms
+from txntable.protocol.actions import Action, OffsetCommit
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.storage.base import Store
+
+#: The ``table`` of a generation fence in the group log (never a legal table name).
+GENERATION_TABLE = "_generation"
+#: Attempts of one transition before giving up on a storm of concurrent writers.
+MAX_CAS_ATTEMPTS = 1000
+
+
+def group_object_key(group_id: str) -> str:
+    """Key of the group object: ``_groups/<group>/members.json``."""
+    return f"{group_root(group_id)}/members.json"
+
+
+def load_group(store: Store, group_id: str) -> tuple[GroupState, str | None]:
+    """The group object and its etag (``None``: no object yet, an empty group)."""
+    key = group_object_key(group_id)
+    try:
+        obj = store.get(key)
+    except ObjectNotFoundError:
+        return empty_group(group_id), None
+    return GroupState.from_json(obj.data, key), obj.etag
+
+
+def update_group(
+    store: Store, group_id: str, transition: Callable[[GroupState], GroupState]
+) -> GroupState:
+    """Apply ``transition`` to the group object by CAS until it wins; the state written.
+
+    A transition that returns the state unchanged writes nothing. Errors raised by the
+    transition (``UnknownMemberIdError`` and the like) propagate.
+
+    Raises:
+        PreconditionFailedError: Lost :data:`MAX_CAS_ATTEMPTS` races in a row.
+    """
+    key = group_object_key(group_id)
+    for _ in range(MAX_CAS_ATTEMPTS):
+        state, etag = load_group(store, group_id)
+        new = transition(state)
+        if new == state and etag is not None:
+            return state
+        data = new.to_json()
+        try:
+            if etag is None:
+                store.put_if_absent(key, data)
+            else:
+                store.put_if_match(key, data, etag)
+            return new
+        except PreconditionFailedError:
+            pass  # another member moved first: reload and re-apply
+        except TransientStorageError:
+            # Outcome unknown: our exact bytes (unique writeId) mean the write landed.
+            try:
+                if store.get(key).data == data:
+                    return new
+            except (ObjectNotFoundError, TransientStorageError):
+                pass
+        time.sleep(random.uniform(0, 0.01))
+    raise PreconditionFailedError(f"group {group_id}: gave up after {MAX_CAS_ATTEMPTS} races")
+
+
+def committed_generation(snap: TableSnapshot) -> int:
+    """Highest generation among the group log's committed offsets and fences (−1: none)."""
+    return max((o.generation for o in snap.offsets.values()), default=-1)
+
+
+def plan_fence(
+    snap: TableSnapshot, group_id: str, generation: int, member_id: str
+) -> CommitPlan[None]:
+    """The generation fence of ``generation``, or an empty plan if one as new is committed."""
+    if committed_generation(snap) >= generation:
+        return CommitPlan([], None, "GENERATION_FENCE")
+    actions: list[Action] = [
+        OffsetCommit(
+            group=group_id,
+            table=GENERATION_TABLE,
+            partition=0,
+            offset=generation,
+            metadata=member_id,
+            generation=generation,
+            commitTimestamp=now_ms(),
+        )
+    ]
+    return CommitPlan(actions, None, "GENERATION_FENCE")
+
+
+def write_fence(store: Store, group_id: str, generation: int, member_id: str) -> None:
+    """Commit the fence of ``generation`` to the group log unless it is already there."""
+    table = open_group_table(store, group_id)
+    assert table is not None
+    if committed_generation(table.snapshot()) >= generation:
+        return
+    table.commit(lambda s: plan_fence(s, group_id, generation, member_id))

@@ -1,0 +1,324 @@
+"""Consumer-group offsets: a commit log per group, ``_groups/<group>/_log``.
+
+The group's log is a log like a table's, with one partition that only ever holds
+transaction markers. A plain offset commit is an ``offsetCommit`` action. A transactional
+one (``Producer.send_offsets_to_transaction``) carries the producer id and epoch and stays
+pending until that producer's marker lands in the group log: COMMIT makes it the group's
+offset, ABORT drops it — so a fenced or aborted producer's offsets never become visible.
+While one is pending, ``committed()`` reports the partition as unstable (KIP-447).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from txntable.errors import (
+    IllegalGenerationError,
+    InvalidArgumentTypeError,
+    InvalidOffsetError,
+    InvalidProducerEpochError,
+    ObjectExistsError,
+    OffsetMetadataTooLargeError,
+    UnstableOffsetCommitError,
+)
+from txntable.layout import validate_id
+from txntable.log.log import CommitPlan, Log, now_ms
+from txntable.protocol.actions import (
+    CREATE_READER_VERSION,
+    CREATE_WRITER_VERSION,
+    Action,
+    CommitInfo,
+    Metadata,
+    OffsetCommit,
+    Protocol,
+    encode_actions,
+)
+from txntable.protocol.records import TopicPartition, check_topic_partition
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.storage.base import Store
+from txntable.table import Table
+
+GROUPS_DIR = "_groups"
+#: Kafka's ``offset.metadata.max.bytes`` default.
+OFFSET_METADATA_MAX_BYTES_DEFAULT = 4096
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """A committed position: the next offset to read, and free-form metadata."""
+
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """What a transactional producer needs of the consumer whose offsets it commits."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+
+
+def check_offsets(offsets: object) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Type-check the ``offsets`` argument of an offset commit, before any I/O.
+
+    Raises:
+        InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to
+            ``OffsetAndMetadata`` (of an ``int`` offset and ``str`` metadata).
+        InvalidOffsetError: An offset is negative.
+    """
+    if not isinstance(offsets, Mapping):
+        raise InvalidArgumentTypeError(
+            "offsets must be a dict of TopicPartition to OffsetAndMetadata, not "
+            f"{type(offsets).__name__}"
+        )
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, om in offsets.items():
+        check_topic_partition(tp, "an offsets key")
+        if not isinstance(om, OffsetAndMetadata):
+            raise InvalidArgumentTypeError(
+                f"the offset for {tp} must be an OffsetAndMetadata, not "
+                f"{type(om).__name__} {om!r:.60}"
+            )
+        if not isinstance(om.offset, int) or isinstance(om.offset, bool):
+            raise InvalidArgumentTypeError(
+                f"OffsetAndMetadata.offset for {tp} must be an int, not {type(om.offset).__name__}"
+            )
+        if not isinstance(om.metadata, str):
+            raise InvalidArgumentTypeError(
+                f"OffsetAndMetadata.metadata for {tp} must be a str, not "
+                f"{type(om.metadata).__name__}"
+            )
+        if om.offset < 0:
+            raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
+        out[tp] = om
+    return out
+
+
+def group_root(group_id: str) -> str:
+    """Log root of a group: ``_groups/<group>``."""
+    return f"{GROUPS_DIR}/{validate_id('group id', group_id)}"
+
+
+def open_group_table(store: Store, group_id: str, create: bool = True) -> Table | None:
+    """The group's offset log as a one-partition table handle.
+
+    Returns ``None`` if the group has no log yet and ``create`` is false (a read must not
+    create a group).
+    """
+    root = group_root(group_id)
+    log = Log(store, root)
+    if not log.exists():
+        if not create:
+            return None
+        actions: list[Action] = [
+            Protocol(CREATE_READER_VERSION, CREATE_WRITER_VERSION),
+            Metadata(str(uuid.uuid4()), root, 1, createdTime=now_ms()),
+            CommitInfo(now_ms(), "CREATE GROUP", uuid.uuid4().hex),
+        ]
+        try:
+            store.put_if_absent(log.version_key(0), encode_actions(actions))
+        except ObjectExistsError:
+            pass  # another member created it first; same content by construction
+    return Table(store, root, log)
+
+
+def plan_offset_commit(
+    snap: TableSnapshot,
+    group_id: str,
+    offsets: dict[TopicPartition, OffsetAndMetadata],
+    generation: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    max_metadata_bytes: int = OFFSET_METADATA_MAX_BYTES_DEFAULT,
+) -> CommitPlan[None]:
+    """Validate and build ``offsetCommit`` actions (pure).
+
+    Raises:
+        OffsetMetadataTooLargeError: Metadata is longer than ``max_metadata_bytes``.
+        IllegalGenerationError: ``generation`` is older than one already committed.
+        InvalidProducerEpochError: A transactional commit from a fenced epoch.
+    """
+    newest_generation = max((o.generation for o in snap.offsets.values()), default=-1)
+    if generation >= 0 and generation < newest_generation:
+        raise IllegalGenerationError(
+            f"group {group_id}: generation {generation} is older than {newest_generation}"
+        )
+    if producer_id >= 0 and producer_epoch < snap.producer_epochs.get(producer_id, -1):
+        raise InvalidProducerEpochError(
+            f"producer {producer_id} epoch {producer_epoch} is fenced in group {group_id}"
+        )
+    actions: list[Action] = []
+    for tp, om in sorted(offsets.items()):
+        if len(om.metadata.encode()) > max_metadata_bytes:
+            raise OffsetMetadataTooLargeError(
+                f"offset metadata for {tp} is longer than {max_metadata_bytes} bytes"
+            )
+        if not isinstance(om.offset, int) or om.offset < 0:
+            raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
+        actions.append(
+            OffsetCommit(
+                group=group_id,
+                table=tp.topic,
+                partition=tp.partition,
+                offset=om.offset,
+                metadata=om.metadata,
+                producerId=producer_id,
+                producerEpoch=producer_epoch,
+                generation=generation,
+                commitTimestamp=now_ms(),
+            )
+        )
+    return CommitPlan(actions, None, "OFFSET_COMMIT")
+
+
+def committed_offset(
+    snap: TableSnapshot, group_id: str, tp: TopicPartition
+) -> OffsetAndMetadata | None:
+    """The group's committed offset for ``tp`` (pure).
+
+    Raises:
+        UnstableOffsetCommitError: A transactional offset commit for ``tp`` is pending.
+    """
+    key = (group_id, tp.topic, tp.partition)
+    for pid, pending in snap.pending_offsets.items():
+        if key in pending:
+            raise UnstableOffsetCommitError(
+                f"group {group_id}: a transactional offset commit for {tp} by producer {pid} "
+                "is pending"
+            )
+    commit = snap.offsets.get(key)
+    return None if commit is None else OffsetAndMetadata(commit.offset, commit.metadata)
+
+
+# --- describing groups (the CLI's ``groups``; Kafka's ListConsumerGroupOffsets) -------------
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A group's position on one table partition, with the partition's offsets and lag."""
+
+    table: str
+    partition: int
+    #: Committed offset (None if the only commit is a pending transactional one).
+    offset: int | None
+    metadata: str
+    generation: int
+    commit_timestamp: int
+    #: Producer whose transactional offset commit is pending (KIP-447: unstable), if any.
+    pending_producer_id: int | None
+    #: The partition's offsets now; None if the table or partition does not exist.
+    log_start_offset: int | None
+    high_watermark: int | None
+    last_stable_offset: int | None
+
+    @property
+    def lag(self) -> int | None:
+        """Records between the committed offset and the high watermark (Kafka's lag)."""
+        if self.offset is None or self.high_watermark is None:
+            return None
+        return max(self.high_watermark - self.offset, 0)
+
+
+@dataclass(frozen=True)
+class GroupMemberDescription:
+    """One member of a group, from the group object (``spec/PROTOCOL.md#group-object``)."""
+
+    member_id: str
+    group_instance_id: str | None
+    subscription: tuple[str, ...]
+    #: Partitions assigned to it in the current generation, as ``(table, partition)``.
+    assignment: tuple[tuple[str, int], ...]
+    #: Partitions it acknowledged (may be reading).
+    owned: tuple[tuple[str, int], ...]
+    acked_generation: int
+    last_heartbeat: int
+    session_timeout_ms: int
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """What :func:`describe_group` returns: the group log's version, every position, and
+    the membership (generation, assignor, members; generation 0 and none without one)."""
+
+    group_id: str
+    version: int
+    offsets: tuple[GroupOffset, ...]
+    generation: int = 0
+    assignor: str | None = None
+    members: tuple[GroupMemberDescription, ...] = ()
+
+
+def list_groups(store: Store) -> list[str]:
+    """Ids of the groups that have an offset log (one delimited listing plus a HEAD each)."""
+    return [
+        g
+        for g in store.list_children(f"{GROUPS_DIR}/")
+        if store.exists(Log(store, f"{GROUPS_DIR}/{g}").version_key(0))
+    ]
+
+
+def describe_group(store: Store, group_id: str) -> GroupDescription | None:
+    """Committed and pending offsets of a group, with lag; ``None`` if it has no log.
+
+    Reads the group log and the snapshot of every table it has offsets for; never creates
+    anything.
+    """
+    from txntable.groups.member import GENERATION_TABLE, load_group
+
+    state, etag = load_group(store, group_id)
+    members = tuple(
+        GroupMemberDescription(
+            m.member_id,
+            m.group_instance_id,
+            tuple(sorted(m.subscription)),
+            tuple(sorted(m.assignment)),
+            tuple(sorted(m.owned)),
+            m.acked_generation,
+            m.last_heartbeat,
+            m.session_timeout_ms,
+        )
+        for _, m in sorted(state.members.items())
+    )
+    group = open_group_table(store, group_id, create=False)
+    if group is None:
+        if etag is None:
+            return None
+        return GroupDescription(group_id, -1, (), state.generation, state.assignor, members)
+    snap = group.snapshot()
+    pending: dict[tuple[str, str, int], int] = {}
+    for pid, commits in snap.pending_offsets.items():
+        for key in commits:
+            pending[key] = pid
+    tables: dict[str, TableSnapshot | None] = {}
+    out = []
+    for key in sorted(set(snap.offsets) | set(pending)):
+        _, table, partition = key
+        if table == GENERATION_TABLE:
+            continue  # a generation fence, not a position
+        if table not in tables:
+            handle = Table(store, table)
+            tables[table] = handle.snapshot() if handle.log.exists() else None
+        tsnap = tables[table]
+        part = tsnap.partitions[partition] if tsnap and partition < tsnap.num_partitions else None
+        commit = snap.offsets.get(key)
+        out.append(
+            GroupOffset(
+                table=table,
+                partition=partition,
+                offset=commit.offset if commit else None,
+                metadata=commit.metadata if commit else "",
+                generation=commit.generation if commit else -1,
+                commit_timestamp=commit.commitTimestamp if commit else 0,
+                pending_producer_id=pending.get(key),
+                log_start_offset=part.log_start_offset if part else None,
+                high_watermark=part.high_watermark if part else None,
+                last_stable_offset=part.last_stable_offset if part else None,
+            )
+        )
+    return GroupDescription(
+        group_id, snap.version, tuple(out), state.generation, state.assignor, members
+    )
