@@ -50,7 +50,7 @@ from typing import Any
 
 from txntable import Consumer, TopicPartition, Warehouse
 from txntable.config import VERSION_RETENTION_MS_DEFAULT
-from txntable.log.log import Log, checkpoint_due, now_ms
+from txntable.log.log import Log, checkpoint_due
 from txntable.maintenance.maintain import clean_log
 from txntable.protocol.actions import (
     Batch,
@@ -59,6 +59,7 @@ from txntable.protocol.actions import (
     encode_actions,
 )
 from txntable.protocol.records import ProducerRecord, encode_segment
+from txntable.util import now_ms
 
 PARTITIONS = 4
 RECORDS = 10

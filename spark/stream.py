@@ -30,9 +30,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
-from txntable.log.log import now_ms
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
+from txntable.util import now_ms
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import (

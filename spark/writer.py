@@ -59,6 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from txntable import layout
 from txntable.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -66,10 +67,9 @@ from txntable.errors import (
     TxnTableError,
     UnknownTopicOrPartitionError,
 )
-from txntable.log.log import CommitPlan, now_ms
-from txntable.maintenance.vacuum import new_segment_name
+from txntable.layout import new_segment_name, spark_abort_key
 from txntable.producer.partitioner import partitions_for_keys
-from txntable.protocol.actions import AppTxn, Batch
+from txntable.protocol.actions import AppTxn, Batch, CommitPlan
 from txntable.protocol.append import AppendResult, PendingBatch, plan_append
 from txntable.protocol.records import SEGMENT_SCHEMA
 from txntable.protocol.schema import (
@@ -83,6 +83,7 @@ from txntable.protocol.schema import (
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
+from txntable.util import now_ms
 
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store
@@ -304,13 +305,13 @@ class SegmentWriter:
 
 def abort_tombstone(table: str, write_id: str) -> str:
     """Key marking a batch write job as aborted (tasks still running then clean up)."""
-    return f"{table}/_spark_aborted/{write_id}"
+    return spark_abort_key(table, write_id)
 
 
 def segment_key(table: str, partition: int, write_id: str) -> str:
     """A new segment key; the write id prefix lets abort find every file of the job."""
     # The name carries its creation time, so vacuum can date it without storage metadata.
-    return f"{table}/data/{partition}/{new_segment_name(write_id + '-')}"
+    return layout.segment_key(table, partition, new_segment_name(write_id + "-"))
 
 
 def write_task(
@@ -399,7 +400,7 @@ def _delete(store: Store, keys: Iterable[str]) -> None:
 def _job_files(store: Store, table: str, num_partitions: int, write_id: str) -> list[str]:
     keys: list[str] = []
     for p in range(num_partitions):
-        keys.extend(store.list(f"{table}/data/{p}/{write_id}-"))
+        keys.extend(store.list(f"{layout.data_dir(table, p)}{write_id}-"))
     return keys
 
 

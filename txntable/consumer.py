@@ -39,7 +39,6 @@ from txntable.groups.offsets import (
     plan_offset_commit,
 )
 from txntable.groups.subscription import ConsumerRebalanceListener, Subscription
-from txntable.log.log import now_ms
 from txntable.protocol.records import (
     ConsumerRecord,
     TopicPartition,
@@ -66,6 +65,7 @@ from txntable.read.reader import (
 )
 from txntable.read.timestamps import OffsetAndTimestamp, offset_for_time
 from txntable.table import Table
+from txntable.util import now_ms
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -329,7 +329,7 @@ class Consumer:
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + 1.0
-        from txntable.groups.offsets import group_root
+        from txntable.layout import group_root
         from txntable.txn.coordinator import TransactionCoordinator
         from txntable.txn.recovery import finish_if_stuck
 

@@ -17,11 +17,13 @@ from txntable.errors import (
     OffsetOutOfRangeError,
     SchemaMismatchError,
 )
-from txntable.log.log import CommitPlan, Log, now_ms
+from txntable.layout import segment_key
+from txntable.log.log import Log
 from txntable.protocol.actions import (
     Action,
     AppTxn,
     Batch,
+    CommitPlan,
     LogStart,
 )
 from txntable.protocol.append import (
@@ -39,6 +41,7 @@ from txntable.protocol.schema import (
 )
 from txntable.protocol.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.maintain import (
@@ -313,7 +316,7 @@ class Table:
 
     def segment_key(self, partition: int, file_name: str) -> str:
         """Store key of a segment file of ``partition``."""
-        return f"{self.name}/data/{partition}/{file_name}"
+        return segment_key(self.name, partition, file_name)
 
     def append(
         self,

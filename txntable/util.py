@@ -1,4 +1,5 @@
-"""Retrying transient storage errors within a time limit: the clients' one backoff loop.
+"""Small helpers every layer shares: the wall clock (:func:`now_ms`) and retrying transient
+storage errors within a time limit (:func:`retry_transient`, the clients' one backoff loop).
 
 Only requests that are safe to repeat go through here: reads, idempotent appends (the log
 recognises a retried batch by its sequences), coordinator calls that resume their own
@@ -46,3 +47,8 @@ def retry_transient(
                 raise
             time.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
+    return int(time.time() * 1000)

@@ -20,11 +20,14 @@ from txntable.errors import (
 from txntable.groups.offsets import (
     GroupDescription,
     describe_group,
-    group_root,
     list_groups,
 )
-from txntable.layout import validate_table_name
-from txntable.log.log import Log, now_ms
+from txntable.layout import (
+    group_root,
+    validate_table_name,
+    version_key,
+)
+from txntable.log.log import Log
 from txntable.protocol.actions import (
     CREATE_READER_VERSION,
     CREATE_WRITER_VERSION,
@@ -40,6 +43,7 @@ from txntable.storage.base import Store
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TransactionListing
 from txntable.txn.recovery import RecoveryReport, StuckTransactionFinisher, recover
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.verify import VerifyReport
@@ -198,7 +202,7 @@ class Warehouse:
         return [
             name
             for name in self.store.list_children("")
-            if not name.startswith("_") and self.store.exists(f"{name}/_log/{0:020d}.json")
+            if not name.startswith("_") and self.store.exists(version_key(name, 0))
         ]
 
     def recover(

@@ -17,9 +17,9 @@ from cliutil import ok_json, run_cli
 
 from txntable import Producer, Warehouse
 from txntable.errors import ProducerFencedError
-from txntable.log.log import now_ms
 from txntable.protocol.actions import Batch, CommitInfo, encode_actions
 from txntable.txn.coordinator import TransactionCoordinator
+from txntable.util import now_ms
 
 
 def _txn_json(wh: Warehouse, tid: str, state: str) -> dict[str, object]:

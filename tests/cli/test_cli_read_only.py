@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from txntable import Producer, Warehouse
 from txntable.cli.main import cli
-from txntable.log.log import now_ms
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
+from txntable.util import now_ms
 
 
 def stuck_prepared(url: str) -> None:

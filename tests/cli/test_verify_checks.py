@@ -26,7 +26,6 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import InvalidTxnStateError, ProducerFencedError, TxnTableError
-from txntable.log.log import now_ms
 from txntable.maintenance.verify import (
     RULES,
     LogChecker,
@@ -49,6 +48,7 @@ from txntable.protocol.actions import (
 from txntable.protocol.records import ProducerRecord, encode_segment
 from txntable.protocol.snapshot import checkpoint_actions, load_checkpoint
 from txntable.storage import MemoryStore
+from txntable.util import now_ms
 
 T = "t"
 

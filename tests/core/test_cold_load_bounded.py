@@ -158,7 +158,7 @@ def test_maintenance_keeps_the_log_directory_bounded(tmp_path: pathlib.Path) -> 
     import os
 
     from txntable.config import VERSION_RETENTION_MS_DEFAULT
-    from txntable.log.log import now_ms
+    from txntable.util import now_ms
 
     wh = Warehouse(f"file://{tmp_path}/lake")
     table = wh.create_table("t", configuration={"retention.ms": "-1"})

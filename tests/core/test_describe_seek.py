@@ -20,8 +20,7 @@ from txntable.errors import (
     TableNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from txntable.log.log import CommitPlan
-from txntable.protocol.actions import Batch, LogStart
+from txntable.protocol.actions import Batch, CommitPlan, LogStart
 from txntable.table import OpenTransaction, PartitionDescription, ProducerDescription
 
 MakeProducer = Callable[..., Producer]

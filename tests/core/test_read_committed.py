@@ -17,8 +17,7 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.log.log import CommitPlan
-from txntable.protocol.actions import AbortedTxn, Marker
+from txntable.protocol.actions import AbortedTxn, CommitPlan, Marker
 from txntable.protocol.append import PendingMarker
 
 TP = TopicPartition("orders", 0)

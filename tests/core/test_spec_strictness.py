@@ -25,6 +25,7 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import CorruptLogError, SchemaMismatchError
+from txntable.layout import PRODUCER_IDS_KEY
 from txntable.protocol.actions import (
     CommitInfo,
     LogStart,
@@ -35,7 +36,7 @@ from txntable.protocol.actions import (
 )
 from txntable.protocol.records import SEGMENT_SCHEMA, ProducerRecord, encode_segment
 from txntable.protocol.snapshot import checkpoint_actions, replay
-from txntable.txn.coordinator import PRODUCER_IDS_KEY, ProducerIdAllocator, TxnMetadata
+from txntable.txn.coordinator import ProducerIdAllocator, TxnMetadata
 
 MakeProducer = Callable[..., Producer]
 PATH = "t/_log/00000000000000000001.json"

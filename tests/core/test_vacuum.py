@@ -8,15 +8,17 @@ import pytest
 
 from txntable import Producer, Warehouse
 from txntable.errors import InvalidConfigurationError
-from txntable.log.log import now_ms
-from txntable.maintenance.vacuum import (
-    RETENTION_MS_MIN,
+from txntable.layout import (
     new_segment_name,
     segment_created_ms,
+)
+from txntable.maintenance.vacuum import (
+    RETENTION_MS_MIN,
     vacuum,
 )
 from txntable.protocol.actions import Batch
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
+from txntable.util import now_ms
 
 HOUR = 3600 * 1000
 

@@ -43,8 +43,8 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import UnstableOffsetCommitError
-from txntable.log.log import now_ms
 from txntable.txn.coordinator import TransactionCoordinator, TxnMetadata, TxnState
+from txntable.util import now_ms
 
 pytestmark = pytest.mark.slow
 

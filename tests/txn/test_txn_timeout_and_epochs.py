@@ -16,11 +16,11 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import PreconditionFailedError, ProducerFencedError
-from txntable.log.log import now_ms
 from txntable.storage import open_store
 from txntable.storage.base import Store, StoredObject, StoreWrapper
 from txntable.txn import coordinator as coordinator_module
 from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnState
+from txntable.util import now_ms
 
 TID = "stall"
 

@@ -38,7 +38,6 @@ from txntable import __version__
 from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
 from txntable.errors import SerializationError, TxnTableError
 from txntable.groups.offsets import GroupDescription, OffsetAndMetadata
-from txntable.log.log import now_ms
 from txntable.maintenance.merge import RewriteReport
 from txntable.maintenance.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.maintenance.verify import RULES, VerifyReport, Violation
@@ -53,6 +52,7 @@ from txntable.protocol.schema import (
     value_to_json,
 )
 from txntable.table import TableDescription
+from txntable.util import now_ms
 from txntable.warehouse import Warehouse
 
 #: Exit status of ``verify`` when it finds a violation (1 is any other error, 2 bad usage).

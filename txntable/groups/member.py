@@ -18,22 +18,16 @@ from txntable.errors import (
     PreconditionFailedError,
     TransientStorageError,
 )
-from txntable.groups.offsets import group_root, open_group_table
+from txntable.groups.offsets import open_group_table
 from txntable.groups.state import GroupState, empty_group
-from txntable.log.log import CommitPlan, now_ms
-from txntable.protocol.actions import Action, OffsetCommit
+from txntable.layout import GENERATION_TABLE, group_object_key
+from txntable.protocol.actions import Action, CommitPlan, OffsetCommit
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
+from txntable.util import now_ms
 
-#: The ``table`` of a generation fence in the group log (never a legal table name).
-GENERATION_TABLE = "_generation"
 #: Attempts of one transition before giving up on a storm of concurrent writers.
 MAX_CAS_ATTEMPTS = 1000
-
-
-def group_object_key(group_id: str) -> str:
-    """Key of the group object: ``_groups/<group>/members.json``."""
-    return f"{group_root(group_id)}/members.json"
 
 
 def load_group(store: Store, group_id: str) -> tuple[GroupState, str | None]:

@@ -23,13 +23,14 @@ from txntable.errors import (
     OffsetMetadataTooLargeError,
     UnstableOffsetCommitError,
 )
-from txntable.layout import validate_id
-from txntable.log.log import CommitPlan, Log, now_ms
+from txntable.layout import GROUPS_DIR, group_root
+from txntable.log.log import Log
 from txntable.protocol.actions import (
     CREATE_READER_VERSION,
     CREATE_WRITER_VERSION,
     Action,
     CommitInfo,
+    CommitPlan,
     Metadata,
     OffsetCommit,
     Protocol,
@@ -39,8 +40,8 @@ from txntable.protocol.records import TopicPartition, check_topic_partition
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
 from txntable.table import Table
+from txntable.util import now_ms
 
-GROUPS_DIR = "_groups"
 #: Kafka's ``offset.metadata.max.bytes`` default.
 OFFSET_METADATA_MAX_BYTES_DEFAULT = 4096
 
@@ -96,11 +97,6 @@ def check_offsets(offsets: object) -> dict[TopicPartition, OffsetAndMetadata]:
             raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
         out[tp] = om
     return out
-
-
-def group_root(group_id: str) -> str:
-    """Log root of a group: ``_groups/<group>``."""
-    return f"{GROUPS_DIR}/{validate_id('group id', group_id)}"
 
 
 def open_group_table(store: Store, group_id: str, create: bool = True) -> Table | None:
@@ -267,7 +263,8 @@ def describe_group(store: Store, group_id: str) -> GroupDescription | None:
     Reads the group log and the snapshot of every table it has offsets for; never creates
     anything.
     """
-    from txntable.groups.member import GENERATION_TABLE, load_group
+    from txntable.groups.member import load_group
+    from txntable.layout import GENERATION_TABLE
 
     state, etag = load_group(store, group_id)
     members = tuple(

@@ -27,8 +27,8 @@ from txntable.errors import (
 from txntable.groups import state as membership
 from txntable.groups.member import update_group, write_fence
 from txntable.groups.state import GroupState
-from txntable.log.log import now_ms
 from txntable.protocol.records import TopicPartition
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
     from txntable.consumer import Consumer

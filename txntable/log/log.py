@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TypeVar
 
-from txntable import config
+from txntable import config, layout
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
@@ -33,10 +32,18 @@ from txntable.errors import (
     VersionNotAvailableError,
     VersionNotFoundError,
 )
+from txntable.layout import (
+    CHECKPOINT_NAME,
+    CHECKPOINT_PART_NAME,
+    LAST_CHECKPOINT,
+    LOG_DIR,
+    VERSION_NAME,
+)
 from txntable.protocol.actions import (
     MAINTENANCE_PROTOCOL_VERSION,
     Action,
     CommitInfo,
+    CommitPlan,
     PartitionStart,
     Protocol,
     check_protocol,
@@ -46,35 +53,10 @@ from txntable.protocol.actions import (
 )
 from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
 from txntable.storage.base import Store
-
-LOG_DIR = "_log"
-LAST_CHECKPOINT = "_last_checkpoint"
-#: Name of a checkpoint object: its version zero-padded to 20 digits, as a log version's.
-CHECKPOINT_NAME = re.compile(r"([0-9]{20})\.checkpoint\.json")
-#: Name of part ``i`` of ``n`` of a multi-part checkpoint (Delta's naming; 10-digit i and n).
-CHECKPOINT_PART_NAME = re.compile(r"([0-9]{20})\.checkpoint\.([0-9]{10})\.([0-9]{10})\.json")
-#: Name of a log version object.
-VERSION_NAME = re.compile(r"([0-9]{20})\.json")
+from txntable.util import now_ms
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds since the epoch."""
-    return int(time.time() * 1000)
-
-
-@dataclass
-class CommitPlan(Generic[T]):
-    """What a commit attempt writes (``actions``) and returns to its caller (``result``).
-
-    A plan with no actions writes nothing: for example every batch was a duplicate.
-    """
-
-    actions: list[Action]
-    result: T
-    operation: str = "WRITE"
 
 
 @dataclass(frozen=True)
@@ -215,17 +197,11 @@ class Log:
 
     def version_key(self, version: int) -> str:
         """Key of log version ``version``."""
-        return f"{self.root}/{LOG_DIR}/{version:020d}.json"
+        return layout.version_key(self.root, version)
 
     def checkpoint_key(self, version: int, part: int = 1, parts: int = 1) -> str:
-        """Key of part ``part`` of ``parts`` of the checkpoint at ``version``.
-
-        A single-part checkpoint is ``<v>.checkpoint.json`` (readable as such by v1 readers,
-        which refuse it on its protocol line); parts use Delta's multi-part naming.
-        """
-        if parts == 1:
-            return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.json"
-        return f"{self.root}/{LOG_DIR}/{version:020d}.checkpoint.{part:010d}.{parts:010d}.json"
+        """Key of part ``part`` of ``parts`` of the checkpoint at ``version``."""
+        return layout.checkpoint_key(self.root, version, part, parts)
 
     @property
     def last_checkpoint_key(self) -> str:

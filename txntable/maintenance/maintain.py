@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from txntable import config
 from txntable.errors import InvalidConfigurationError, TxnTableError
-from txntable.log.log import now_ms
+from txntable.layout import new_segment_name
 from txntable.maintenance.merge import (
     Compaction,
     RewriteReport,
@@ -39,10 +39,11 @@ from txntable.maintenance.retention import (
     plan_expiry,
     plan_retention,
 )
-from txntable.maintenance.vacuum import first_version_since, new_segment_name, version_time
+from txntable.maintenance.vacuum import first_version_since, version_time
 from txntable.protocol.actions import MAINTENANCE_PROTOCOL_VERSION
 from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import TableSnapshot
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.vacuum import VacuumReport

@@ -25,12 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txntable.log.log import CommitPlan
 from txntable.protocol.aborted import classify_entries
 from txntable.protocol.actions import (
     MAINTENANCE_PROTOCOL_VERSION,
     Action,
     Batch,
+    CommitPlan,
     Marker,
     Protocol,
     Segment,

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from txntable.log.log import CommitPlan
 from txntable.maintenance.merge import upgrade_protocol
 from txntable.protocol.actions import (
     Action,
+    CommitPlan,
     ExpireProducer,
     LogStart,
     Marker,

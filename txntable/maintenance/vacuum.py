@@ -17,35 +17,22 @@ time is never deleted.
 
 from __future__ import annotations
 
-import re
-import uuid
 from dataclasses import dataclass, field
 
 from txntable import config
 from txntable.errors import InvalidConfigurationError
-from txntable.log.log import Log, now_ms
+from txntable.layout import data_dir, segment_created_ms
+from txntable.log.log import Log
 from txntable.protocol.actions import CommitInfo, Marker
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
+from txntable.util import now_ms
 
 #: Delta's default: a week, far beyond any delivery timeout or Spark job.
 RETENTION_MS_DEFAULT = config.VERSION_RETENTION_MS_DEFAULT
 #: Below this, a slow writer's not-yet-committed segment could be deleted.
 RETENTION_MS_MIN = config.VERSION_RETENTION_MS_MIN
-
-_DATED = re.compile(r"(?:^|-)(\d{13})-[0-9a-f]{32}\.parquet$")
-
-
-def new_segment_name(prefix: str = "") -> str:
-    """A unique segment file name that records its creation time: ``<prefix><ms>-<uuid>``."""
-    return f"{prefix}{now_ms():013d}-{uuid.uuid4().hex}.parquet"
-
-
-def segment_created_ms(name: str) -> int | None:
-    """Creation time encoded by :func:`new_segment_name`, or ``None`` for other names."""
-    match = _DATED.search(name.rsplit("/", 1)[-1])
-    return int(match.group(1)) if match else None
 
 
 @dataclass
@@ -81,7 +68,7 @@ def vacuum(
         referenced |= referenced_paths(table.log.load(oldest))
     referenced |= _intent_paths(table)
     report = VacuumReport(referenced=len(referenced))
-    for key in table.store.list(f"{table.name}/data/"):
+    for key in table.store.list(data_dir(table.name)):
         if key in referenced:
             continue
         created = segment_created_ms(key)

@@ -33,6 +33,7 @@ from txntable.errors import (
     OutOfOrderSequenceError,
     SchemaMismatchError,
 )
+from txntable.layout import data_dir
 from txntable.protocol.actions import (
     AbortedTxn,
     Action,
@@ -426,7 +427,7 @@ class LogChecker:
             )
             return
         if seg.path:
-            prefix = f"{self.name}/data/{seg.partition}/"
+            prefix = data_dir(self.name, seg.partition)
             if not seg.path.startswith(prefix) or "/" in seg.path[len(prefix) :]:
                 self._report("merge.path", f"segment {seg.path} is not under {prefix}", at=loc)
             if seg.path in self._paths:
@@ -464,7 +465,7 @@ class LogChecker:
             self._apply(b)
             return
         loc = (p, b.baseOffset)
-        prefix = f"{self.name}/data/{p}/"
+        prefix = data_dir(self.name, p)
         if not b.path.startswith(prefix) or "/" in b.path[len(prefix) :]:
             self._report("batch.path", f"segment {b.path} is not under {prefix}", at=loc)
         if b.path in self._paths:

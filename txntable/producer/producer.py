@@ -49,8 +49,8 @@ from txntable.groups.offsets import (
     open_group_table,
     plan_offset_commit,
 )
+from txntable.layout import new_segment_name
 from txntable.maintenance.maintain import AutoMaintenance
-from txntable.maintenance.vacuum import new_segment_name
 from txntable.producer.accumulator import (
     PY_RECORD_OVERHEAD,
     ROW_BOOKKEEPING,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from txntable.errors import CorruptLogError, UnsupportedProtocolError
 
@@ -545,3 +545,18 @@ def check_protocol(protocol: Protocol, write: bool = False) -> None:
             f"table needs writer version {protocol.minWriterVersion}; "
             f"this client implements {WRITER_VERSION}"
         )
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class CommitPlan(Generic[T]):
+    """What a commit attempt writes (``actions``) and returns to its caller (``result``).
+
+    A plan with no actions writes nothing: for example every batch was a duplicate.
+    """
+
+    actions: list[Action]
+    result: T
+    operation: str = "WRITE"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from txntable.errors import InvalidProducerEpochError, InvalidTxnStateError
-from txntable.log.log import CommitPlan
 from txntable.protocol.actions import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
@@ -19,6 +18,7 @@ from txntable.protocol.actions import (
     Action,
     AppTxn,
     Batch,
+    CommitPlan,
     Marker,
     MarkerType,
 )

@@ -34,16 +34,13 @@ from txntable.errors import (
     TransientStorageError,
     UnsupportedProtocolError,
 )
-from txntable.groups.offsets import GROUPS_DIR
-from txntable.layout import validate_id
-from txntable.log.log import now_ms
+from txntable.layout import GROUPS_DIR, PRODUCER_IDS_KEY, TXN_DIR, txn_key
 from txntable.protocol.actions import loads_strict
 from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.storage.base import Store
 from txntable.table import Table
+from txntable.util import now_ms
 
-COORDINATOR_DIR = "_coordinator"
-PRODUCER_IDS_KEY = f"{COORDINATOR_DIR}/producer_ids.json"
 TXN_STATE_VERSION = 1
 PRODUCER_IDS_VERSION = 1
 #: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
@@ -313,7 +310,6 @@ class ProducerIdAllocator:
         return start
 
 
-
 class TransactionCoordinator:
     """CAS transitions of coordinator objects, and completion of prepared transactions."""
 
@@ -332,14 +328,13 @@ class TransactionCoordinator:
     @staticmethod
     def key(transactional_id: str) -> str:
         """Key of the coordinator object of ``transactional_id``."""
-        return f"{COORDINATOR_DIR}/txn/{validate_id('transactional id', transactional_id)}.json"
+        return txn_key(transactional_id)
 
     def transactional_ids(self) -> Iterator[str]:
         """Every transactional id with a coordinator object (one LIST; maintenance only)."""
-        prefix = f"{COORDINATOR_DIR}/txn/"
-        for key in self.store.list(prefix):
+        for key in self.store.list(TXN_DIR):
             if key.endswith(".json"):
-                yield key[len(prefix) : -len(".json")]
+                yield key[len(TXN_DIR) : -len(".json")]
 
     def describe_all(self) -> list[TransactionListing]:
         """Every coordinator object (Kafka's ListTransactions + DescribeTransactions).

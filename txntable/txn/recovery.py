@@ -24,11 +24,10 @@ from txntable.errors import (
     TransientStorageError,
     TxnTableError,
 )
-from txntable.log.log import now_ms
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
-from txntable.util import retry_transient
+from txntable.util import now_ms, retry_transient
 
 _log = logging.getLogger(__name__)
 
