@@ -58,7 +58,8 @@ from txntable.protocol.actions import (
     Marker,
     encode_actions,
 )
-from txntable.protocol.records import ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
+from txntable.structs import ProducerRecord
 from txntable.util import now_ms
 
 PARTITIONS = 4

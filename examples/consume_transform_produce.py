@@ -41,7 +41,7 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import UnstableOffsetCommitError
-from txntable.groups.offsets import OffsetAndMetadata
+from txntable.structs import OffsetAndMetadata
 
 INPUT, OUT_EVEN, OUT_ODD = "in", "out_a", "out_b"
 PARTITIONS = 3

@@ -31,8 +31,6 @@ from txntable.errors import (
 )
 from txntable.groups.assignors import check_strategies
 from txntable.groups.offsets import (
-    ConsumerGroupMetadata,
-    OffsetAndMetadata,
     check_offsets,
     committed_offset,
     open_group_table,
@@ -40,18 +38,12 @@ from txntable.groups.offsets import (
 )
 from txntable.groups.subscription import ConsumerRebalanceListener, Subscription
 from txntable.protocol.records import (
-    ConsumerRecord,
-    TopicPartition,
-    check_topic_partition,
-    check_topic_partitions,
     rows_to_records,
 )
 from txntable.protocol.schema import TypedLayout, layout_of
 from txntable.protocol.snapshot import PartitionState
 from txntable.protocol.typed import rows_to_dict_records
 from txntable.read.planning import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
     FetchPlan,
     SegmentSlice,
     plan_fetch,
@@ -63,7 +55,18 @@ from txntable.read.reader import (
     slice_rows,
     to_output,
 )
-from txntable.read.timestamps import OffsetAndTimestamp, offset_for_time
+from txntable.read.timestamps import offset_for_time
+from txntable.structs import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+    check_topic_partition,
+    check_topic_partitions,
+)
 from txntable.table import Table
 from txntable.util import now_ms
 from txntable.warehouse import Warehouse, require_warehouse

@@ -18,7 +18,7 @@ from txntable import (
     Warehouse,
 )
 from txntable.cli.main import cli
-from txntable.groups.offsets import ConsumerGroupMetadata
+from txntable.structs import ConsumerGroupMetadata
 
 
 @pytest.fixture

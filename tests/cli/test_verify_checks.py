@@ -45,9 +45,10 @@ from txntable.protocol.actions import (
     OffsetCommit,
     Protocol,
 )
-from txntable.protocol.records import ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
 from txntable.protocol.snapshot import checkpoint_actions, load_checkpoint
 from txntable.storage import MemoryStore
+from txntable.structs import ProducerRecord
 from txntable.util import now_ms
 
 T = "t"

@@ -15,10 +15,11 @@ from txntable.protocol.actions import (
     Protocol,
 )
 from txntable.protocol.append import AppendResult, PendingBatch
-from txntable.protocol.records import ConsumerRecord, ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
 from txntable.protocol.snapshot import TableSnapshot, replay
 from txntable.storage import StoreWrapper
 from txntable.storage.base import Store
+from txntable.structs import ConsumerRecord, ProducerRecord
 from txntable.table import Table
 
 

@@ -27,7 +27,8 @@ from txntable.errors import (
     UnsupportedProtocolError,
 )
 from txntable.protocol.actions import Batch
-from txntable.protocol.records import ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
+from txntable.structs import ProducerRecord
 
 MakeProducer = Callable[..., Producer]
 TP = TopicPartition("orders", 0)

@@ -23,7 +23,6 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import KafkaTimeoutError, TransientStorageError
-from txntable.groups.offsets import ConsumerGroupMetadata, OffsetAndMetadata
 from txntable.producer.transaction_manager import ClientTxnState
 from txntable.storage.base import (
     ObjectInfo,
@@ -31,6 +30,7 @@ from txntable.storage.base import (
     StoredObject,
     StoreWrapper,
 )
+from txntable.structs import ConsumerGroupMetadata, OffsetAndMetadata
 
 MakeProducer = Callable[..., Producer]
 

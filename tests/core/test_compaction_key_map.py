@@ -20,7 +20,8 @@ import pytest
 from txntable import Consumer, TopicPartition, Warehouse
 from txntable.maintenance.merge import Compaction, latest_offsets, plan_groups
 from txntable.protocol.append import PendingBatch
-from txntable.protocol.records import ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
+from txntable.structs import ProducerRecord
 from txntable.table import Table
 
 DAY = 86_400_000

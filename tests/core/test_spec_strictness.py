@@ -34,8 +34,9 @@ from txntable.protocol.actions import (
     decode_actions,
     encode_actions,
 )
-from txntable.protocol.records import SEGMENT_SCHEMA, ProducerRecord, encode_segment
+from txntable.protocol.records import SEGMENT_SCHEMA, encode_segment
 from txntable.protocol.snapshot import checkpoint_actions, replay
+from txntable.structs import ProducerRecord
 from txntable.txn.coordinator import ProducerIdAllocator, TxnMetadata
 
 MakeProducer = Callable[..., Producer]

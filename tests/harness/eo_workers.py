@@ -39,8 +39,8 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import ProducerFencedError, TxnTableError, UnstableOffsetCommitError
-from txntable.groups.offsets import OffsetAndMetadata
 from txntable.storage import open_store
+from txntable.structs import OffsetAndMetadata
 
 #: Data tables and their partition counts; ``ctp`` is the consume-transform-produce output.
 TABLES = {"t0": 3, "t1": 2, "t2": 2}

@@ -13,7 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from txntable.protocol.append import PendingBatch, PendingMarker
-from txntable.protocol.records import ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
+from txntable.structs import ProducerRecord
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 

@@ -21,7 +21,7 @@ from txntable.errors import (
     ProducerFencedError,
     UnstableOffsetCommitError,
 )
-from txntable.groups.offsets import OffsetAndMetadata
+from txntable.structs import OffsetAndMetadata
 
 TID = "ctp"
 GROUP = "g"

@@ -35,21 +35,28 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from txntable import __version__
-from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
+from txntable.consumer import Consumer
 from txntable.errors import SerializationError, TxnTableError
-from txntable.groups.offsets import GroupDescription, OffsetAndMetadata
+from txntable.groups.offsets import GroupDescription
 from txntable.maintenance.merge import RewriteReport
 from txntable.maintenance.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.maintenance.verify import RULES, VerifyReport, Violation
 from txntable.producer.futures import FutureRecordMetadata
 from txntable.producer.producer import Producer
 from txntable.protocol.actions import Field
-from txntable.protocol.records import ConsumerRecord, RecordMetadata, TopicPartition
 from txntable.protocol.schema import (
     TypedLayout,
     record_from_json,
     schema_to_json,
     value_to_json,
+)
+from txntable.structs import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
 )
 from txntable.table import TableDescription
 from txntable.util import now_ms

@@ -36,31 +36,14 @@ from txntable.protocol.actions import (
     Protocol,
     encode_actions,
 )
-from txntable.protocol.records import TopicPartition, check_topic_partition
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
+from txntable.structs import OffsetAndMetadata, TopicPartition, check_topic_partition
 from txntable.table import Table
 from txntable.util import now_ms
 
 #: Kafka's ``offset.metadata.max.bytes`` default.
 OFFSET_METADATA_MAX_BYTES_DEFAULT = 4096
-
-
-@dataclass(frozen=True)
-class OffsetAndMetadata:
-    """A committed position: the next offset to read, and free-form metadata."""
-
-    offset: int
-    metadata: str = ""
-
-
-@dataclass(frozen=True)
-class ConsumerGroupMetadata:
-    """What a transactional producer needs of the consumer whose offsets it commits."""
-
-    group_id: str
-    generation_id: int = -1
-    member_id: str = ""
 
 
 def check_offsets(offsets: object) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -27,7 +27,7 @@ from txntable.errors import (
 from txntable.groups import state as membership
 from txntable.groups.member import update_group, write_fence
 from txntable.groups.state import GroupState
-from txntable.protocol.records import TopicPartition
+from txntable.structs import TopicPartition
 from txntable.util import now_ms
 
 if TYPE_CHECKING:

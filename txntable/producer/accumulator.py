@@ -29,8 +29,10 @@ from txntable.protocol.records import (
     HEADERS_TYPE,
     SEGMENT_SCHEMA,
     TIMESTAMP_TYPE,
-    Header,
     empty_headers,
+)
+from txntable.structs import (
+    Header,
 )
 
 #: Memory a record sent with ``send`` costs beyond its record bytes while it waits as

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from txntable.errors import KafkaTimeoutError
-from txntable.protocol.records import RecordMetadata
+from txntable.structs import RecordMetadata
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -43,8 +43,6 @@ from txntable.errors import (
     UnknownTopicOrPartitionError,
 )
 from txntable.groups.offsets import (
-    ConsumerGroupMetadata,
-    OffsetAndMetadata,
     check_offsets,
     open_group_table,
     plan_offset_commit,
@@ -70,9 +68,6 @@ from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQU
 from txntable.protocol.append import PendingBatch
 from txntable.protocol.producer_state import BatchMetadata
 from txntable.protocol.records import (
-    RECORD_OVERHEAD,
-    Header,
-    TopicPartition,
     encode_table,
     record_sizes,
     to_record_table,
@@ -80,6 +75,13 @@ from txntable.protocol.records import (
 from txntable.protocol.schema import TypedLayout, check_record
 from txntable.protocol.schema import record_sizes as typed_record_sizes
 from txntable.protocol.typed import segment_rows, typed_columns
+from txntable.structs import (
+    RECORD_OVERHEAD,
+    ConsumerGroupMetadata,
+    Header,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.txn.recovery import StuckTransactionFinisher

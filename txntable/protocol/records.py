@@ -10,11 +10,8 @@ offsets with gaps where records were dropped.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise, repeat
-from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -23,15 +20,13 @@ import pyarrow.parquet as pq
 
 from txntable.errors import (
     CorruptLogError,
-    InvalidArgumentTypeError,
     MissingSegmentError,
     ObjectNotFoundError,
     SchemaMismatchError,
     SerializationError,
 )
 from txntable.storage.base import Store
-
-Header = tuple[str, bytes | None]
+from txntable.structs import RECORD_OVERHEAD, ConsumerRecord, Header, ProducerRecord
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False), ("value", pa.binary())])
 SEGMENT_SCHEMA = pa.schema(
@@ -70,88 +65,6 @@ READ_SCHEMA = pa.schema(
 )
 #: :data:`READ_SCHEMA` without ``headers`` (readers asked not to include them).
 READ_SCHEMA_NO_HEADERS = READ_SCHEMA.remove(READ_SCHEMA.get_field_index("headers"))
-
-#: Bytes a record costs beyond its key, value and headers (Kafka's record overhead, roughly).
-RECORD_OVERHEAD = 21
-
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """A partition of a table (a topic, in Kafka's words)."""
-
-    topic: str
-    partition: int
-
-
-def check_topic_partition(tp: object, what: str = "partition") -> TopicPartition:
-    """``tp`` if it is a :class:`TopicPartition`.
-
-    Raises:
-        InvalidArgumentTypeError: Otherwise (a tuple, a string, a partition number, ...).
-    """
-    if not isinstance(tp, TopicPartition):
-        raise InvalidArgumentTypeError(
-            f"{what} must be a TopicPartition, not {type(tp).__name__} {tp!r:.60}"
-        )
-    return tp
-
-
-def check_topic_partitions(tps: object, what: str = "partitions") -> list[TopicPartition]:
-    """A list of the :class:`TopicPartition` in the iterable ``tps``.
-
-    Raises:
-        InvalidArgumentTypeError: ``tps`` is a single partition, a string, not iterable, or
-            holds something else.
-    """
-    if isinstance(tps, TopicPartition | str | bytes) or not isinstance(tps, Iterable):
-        raise InvalidArgumentTypeError(
-            f"{what} must be a list of TopicPartition, not {type(tps).__name__} {tps!r:.60}"
-        )
-    return [check_topic_partition(tp, f"each of {what}") for tp in tps]
-
-
-@dataclass(frozen=True)
-class ProducerRecord:
-    """A record waiting in the producer."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-    timestamp: int = 0
-
-    def size_in_bytes(self) -> int:
-        """Approximate serialized size, used for batch size, buffer memory and limits."""
-        size = RECORD_OVERHEAD + len(self.key or b"") + len(self.value or b"")
-        for k, v in self.headers:
-            size += len(k.encode()) + len(v or b"") + 2
-        return size
-
-
-class ConsumerRecord(NamedTuple):
-    """A record returned by :meth:`Consumer.poll`.
-
-    A named tuple, as kafka-python's: immutable, and cheap to build by the million.
-    """
-
-    topic: str
-    partition: int
-    offset: int
-    #: Kafka's key bytes; for a typed table the dict of its key columns (``None`` without).
-    key: Any
-    #: Kafka's value bytes; for a typed table the dict of the record's columns.
-    value: Any
-    headers: list[Header]
-    timestamp: int
-
-
-@dataclass(frozen=True)
-class RecordMetadata:
-    """Where an acknowledged record landed."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
 
 
 HEADERS_TYPE = SEGMENT_SCHEMA.field("headers").type

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 
 from txntable.errors import CorruptLogError, MissingSegmentError, ObjectNotFoundError
 from txntable.producer.accumulator import RecordColumns, Segment
-from txntable.protocol.records import ConsumerRecord, decode_segment
+from txntable.protocol.records import decode_segment
 from txntable.protocol.schema import TIMESTAMP_COLUMN, TypedLayout, fill_required
 from txntable.storage.base import Store
+from txntable.structs import ConsumerRecord
 
 
 def typed_columns(

@@ -34,8 +34,6 @@ from txntable.protocol.snapshot import PartitionState, TableSnapshot
 if TYPE_CHECKING:
     import numpy as np
 
-READ_COMMITTED: Final = "read_committed"
-READ_UNCOMMITTED: Final = "read_uncommitted"
 
 #: Special offsets (Spark's Kafka source JSON offsets use the same numbers).
 EARLIEST: Final = -2

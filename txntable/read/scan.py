@@ -23,7 +23,6 @@ from txntable.protocol.snapshot import TableSnapshot
 from txntable.read.planning import (
     EARLIEST,
     LATEST,
-    READ_COMMITTED,
     OffsetRange,
     SegmentSlice,
     offset_spec,
@@ -31,6 +30,9 @@ from txntable.read.planning import (
     slices_in_ranges,
 )
 from txntable.read.reader import SegmentReader, prefetch
+from txntable.structs import (
+    READ_COMMITTED,
+)
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -16,7 +16,6 @@ otherwise read (one segment, exact).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,21 +26,16 @@ from txntable.protocol.snapshot import DataEntry, PartitionState, TableSnapshot
 from txntable.read.planning import (
     EARLIEST,
     LATEST,
-    READ_COMMITTED,
     offset_spec,
     resolve_ranges,
     slices_in_ranges,
 )
 from txntable.read.reader import SegmentReader
+from txntable.structs import (
+    READ_COMMITTED,
+    OffsetAndTimestamp,
+)
 from txntable.table import Table
-
-
-@dataclass(frozen=True)
-class OffsetAndTimestamp:
-    """What ``offsets_for_times`` returns for a partition (Kafka's ``OffsetAndTimestamp``)."""
-
-    offset: int
-    timestamp: int
 
 
 def timestamps_ms(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -34,7 +34,12 @@ from txntable.errors import (
     TransientStorageError,
     UnsupportedProtocolError,
 )
-from txntable.layout import GROUPS_DIR, PRODUCER_IDS_KEY, TXN_DIR, txn_key
+from txntable.layout import (
+    GROUPS_DIR,
+    PRODUCER_IDS_KEY,
+    TXN_DIR,
+    txn_key,
+)
 from txntable.protocol.actions import loads_strict
 from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.storage.base import Store

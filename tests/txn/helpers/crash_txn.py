@@ -33,7 +33,7 @@ import signal
 import sys
 
 from txntable import Producer, TopicPartition, Warehouse
-from txntable.groups.offsets import OffsetAndMetadata
+from txntable.structs import OffsetAndMetadata
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
 
