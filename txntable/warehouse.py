@@ -17,7 +17,7 @@ from txntable.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from txntable.groups.offsets import (
+from txntable.groups.describe import (
     GroupDescription,
     describe_group,
     list_groups,

@@ -37,7 +37,7 @@ from rich.text import Text
 from txntable import __version__
 from txntable.consumer import Consumer
 from txntable.errors import SerializationError, TxnTableError
-from txntable.groups.offsets import GroupDescription
+from txntable.groups.describe import GroupDescription
 from txntable.maintenance.merge import RewriteReport
 from txntable.maintenance.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.maintenance.verify import RULES, VerifyReport, Violation

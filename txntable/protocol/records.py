@@ -26,7 +26,12 @@ from txntable.errors import (
     SerializationError,
 )
 from txntable.storage.base import Store
-from txntable.structs import RECORD_OVERHEAD, ConsumerRecord, Header, ProducerRecord
+from txntable.structs import (
+    RECORD_OVERHEAD,
+    ConsumerRecord,
+    Header,
+    ProducerRecord,
+)
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False), ("value", pa.binary())])
 SEGMENT_SCHEMA = pa.schema(
