@@ -14,8 +14,9 @@ from txntable.errors import CorruptLogError, UnsupportedProtocolError, VersionNo
 from txntable.log.log import Log
 from txntable.maintenance.merge import plan_commit, plan_groups
 from txntable.protocol.actions import ExpireProducer, Protocol, Segment
-from txntable.protocol.records import MERGED_SEGMENT_SCHEMA, read_segment
+from txntable.protocol.records import MERGED_SEGMENT_SCHEMA
 from txntable.protocol.snapshot import replay
+from txntable.read.reader import read_segment
 
 DAY = 24 * 3600 * 1000
 

@@ -27,8 +27,9 @@ from txntable import (
 )
 from txntable.errors import SchemaMismatchError
 from txntable.protocol.actions import Segment
-from txntable.protocol.records import encode_table, read_segment
+from txntable.protocol.records import encode_table
 from txntable.read.planning import plan_fetch
+from txntable.read.reader import read_segment
 from txntable.storage import MemoryStore
 
 T = "t"

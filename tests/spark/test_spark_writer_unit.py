@@ -20,7 +20,7 @@ from pyspark.sql.types import (
 from txntable.errors import IllegalStateError, InvalidConfigurationError, SchemaMismatchError
 from txntable.producer.partitioner import partition_for_key
 from txntable.protocol.actions import Batch
-from txntable.protocol.records import read_segment
+from txntable.read.reader import read_segment
 from txntable.warehouse import Warehouse
 from txntable_spark.options import parse_write_options
 from txntable_spark.writer import (

@@ -39,7 +39,6 @@ from txntable.protocol.records import (
     MERGED_SEGMENT_SCHEMA,
     OFFSET_COLUMN,
     encode_table,
-    read_segment,
 )
 from txntable.protocol.schema import TypedLayout, fill_required
 from txntable.protocol.snapshot import (
@@ -48,7 +47,10 @@ from txntable.protocol.snapshot import (
     TableSnapshot,
     entry_size,
 )
-from txntable.protocol.typed import read_typed
+from txntable.read.reader import (
+    read_segment,
+    read_typed,
+)
 from txntable.storage.base import Store
 
 

@@ -18,6 +18,7 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +32,7 @@ from txntable.protocol.records import (
     TIMESTAMP_TYPE,
     empty_headers,
 )
+from txntable.protocol.schema import TypedLayout, fill_required
 from txntable.structs import (
     Header,
 )
@@ -361,3 +363,30 @@ def seal(
         runs.append((int(partition), run))
         at += k
     return runs
+
+
+def typed_columns(
+    columns: RecordColumns, layout: TypedLayout
+) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
+    """:meth:`RecordColumns.columns` for records of a typed table (their values are dicts):
+    segment rows, timestamps, explicit partitions (-1: by key) and each thread's first row.
+
+    Raises:
+        pyarrow.ArrowInvalid: A value ``send`` let through does not convert after all
+            (the records' futures fail with it).
+    """
+    parts = sorted(columns.threads.values(), key=lambda t: t.slot)
+    values: list[Any] = [v for t in parts for v in t.values]
+    stamps = np.array([x for t in parts for x in t.timestamps], dtype=np.int64)
+    explicit = np.array([p for t in parts for p in t.partitions], dtype=np.int32)
+    bases = list(itertools.accumulate((len(t.keys) for t in parts), initial=0))[:-1]
+    return layout.rows_table(values, stamps), stamps, explicit, bases
+
+
+def segment_rows(segment: Segment) -> pa.Table:
+    """A typed segment's rows; runs sealed before and after a schema change are unified
+    (new columns null, widened types upcast), as a reader would read them anyway."""
+    tables = [r.table for r in segment.runs]
+    if len(tables) == 1 or all(t.schema.equals(tables[0].schema) for t in tables):
+        return pa.concat_tables(tables)
+    return fill_required(pa.concat_tables(tables, promote_options="permissive"))

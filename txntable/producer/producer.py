@@ -59,7 +59,9 @@ from txntable.producer.accumulator import (
     choose_partitions,
     greedy_cuts,
     seal,
+    segment_rows,
     timestamp_range,
+    typed_columns,
 )
 from txntable.producer.futures import FutureRecordMetadata, FutureSendBatch, ProduceResult
 from txntable.producer.partitioner import StickyPartitioner
@@ -74,7 +76,6 @@ from txntable.protocol.records import (
 )
 from txntable.protocol.schema import TypedLayout, check_record
 from txntable.protocol.schema import record_sizes as typed_record_sizes
-from txntable.protocol.typed import segment_rows, typed_columns
 from txntable.structs import (
     RECORD_OVERHEAD,
     ConsumerGroupMetadata,

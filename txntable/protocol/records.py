@@ -20,12 +20,9 @@ import pyarrow.parquet as pq
 
 from txntable.errors import (
     CorruptLogError,
-    MissingSegmentError,
-    ObjectNotFoundError,
     SchemaMismatchError,
     SerializationError,
 )
-from txntable.storage.base import Store
 from txntable.structs import (
     RECORD_OVERHEAD,
     ConsumerRecord,
@@ -309,19 +306,6 @@ def check_segment(
             f"segment {path} has {table.num_rows} records, its batch says {expected_count}"
         )
     return table
-
-
-def read_segment(store: Store, path: str, expected_count: int, merged: bool = False) -> pa.Table:
-    """Read a committed batch's segment (``merged``: a merged segment, with its offsets).
-
-    Raises:
-        MissingSegmentError: If the segment object is gone.
-    """
-    try:
-        data = store.get_data_file(path)
-    except ObjectNotFoundError:
-        raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
-    return decode_segment(data, path, expected_count, merged)
 
 
 def merged_offsets(table: pa.Table, path: str, base_offset: int, end_offset: int) -> np.ndarray:

@@ -34,10 +34,11 @@ from txntable.protocol.records import (
     READ_SCHEMA_NO_HEADERS,
     READ_TIMESTAMP,
     check_segment,
+    decode_segment,
     merged_offsets,
-    read_segment,
 )
 from txntable.protocol.schema import TypedLayout
+from txntable.protocol.typed import decode_typed
 from txntable.read.planning import SegmentSlice
 from txntable.storage.base import Store, StoreWrapper, validate_key
 
@@ -376,3 +377,33 @@ class SegmentCache:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def read_segment(store: Store, path: str, expected_count: int, merged: bool = False) -> pa.Table:
+    """Read a committed batch's segment (``merged``: a merged segment, with its offsets).
+
+    Raises:
+        MissingSegmentError: If the segment object is gone.
+    """
+    try:
+        data = store.get_data_file(path)
+    except ObjectNotFoundError:
+        raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
+    return decode_segment(data, path, expected_count, merged)
+
+
+def read_typed(
+    store: Store, path: str, count: int, merged: bool, layout: TypedLayout
+) -> pa.Table:
+    """A typed table's whole segment, conformed to ``layout`` (what maintenance reads).
+
+    Raises:
+        MissingSegmentError: The object is gone.
+        CorruptLogError: Not readable Parquet.
+        SchemaMismatchError: See :meth:`TypedLayout.conform_segment`.
+    """
+    try:
+        data = store.get_data_file(path)
+    except ObjectNotFoundError:
+        raise MissingSegmentError(f"segment {path} of a committed batch is missing", path) from None
+    return decode_typed(data, path, count, merged, layout)
