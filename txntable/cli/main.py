@@ -43,8 +43,8 @@ from txntable.maintenance.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.maintenance.verify import RULES, VerifyReport, Violation
 from txntable.producer.futures import FutureRecordMetadata
 from txntable.producer.producer import Producer
-from txntable.protocol.actions import Field
 from txntable.protocol.schema import (
+    Field,
     TypedLayout,
     record_from_json,
     schema_to_json,

@@ -74,8 +74,7 @@ from txntable.protocol.records import (
     record_sizes,
     to_record_table,
 )
-from txntable.protocol.schema import TypedLayout, check_record
-from txntable.protocol.schema import record_sizes as typed_record_sizes
+from txntable.protocol.schema import TypedLayout, check_record, typed_record_sizes
 from txntable.structs import (
     RECORD_OVERHEAD,
     ConsumerGroupMetadata,

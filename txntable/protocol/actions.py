@@ -13,7 +13,8 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from txntable.errors import CorruptLogError, UnsupportedProtocolError
+from txntable.errors import CorruptLogError, SchemaMismatchError, UnsupportedProtocolError
+from txntable.protocol.schema import Field, normalize_schema, schema_from_json
 
 #: Highest reader/writer protocol version this client implements.
 READER_VERSION = 3
@@ -42,18 +43,6 @@ class Protocol:
     NAME: ClassVar[str] = "protocol"
     minReaderVersion: int
     minWriterVersion: int
-
-
-@dataclass(frozen=True)
-class Field:
-    """One column of the record schema."""
-
-    name: str
-    type: str
-    nullable: bool = True
-    #: Fields of a nested type of a typed table (``list``: one, ``map``: key and value,
-    #: ``struct``: its fields); empty otherwise and absent from the JSON.
-    children: tuple[Field, ...] = ()
 
 
 DEFAULT_RECORD_SCHEMA: tuple[Field, ...] = (
@@ -472,9 +461,6 @@ def _check_ranges(action: Action, path: str | None) -> None:
     elif isinstance(action, Metadata) and action.partitions <= 0:
         bad = "partitions must be positive"
     elif isinstance(action, Metadata) and action.typed:
-        from txntable.errors import SchemaMismatchError
-        from txntable.protocol.schema import normalize_schema, schema_from_json
-
         try:
             normalize_schema(schema_from_json(action.schema), action.keyColumns)
         except SchemaMismatchError as e:

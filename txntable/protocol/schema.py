@@ -15,15 +15,29 @@ import decimal
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from txntable.errors import SchemaMismatchError, SerializationError
-from txntable.protocol.actions import Field, Metadata
-from txntable.protocol.records import timestamp_column
+from txntable.protocol.records import OFFSET_COLUMN, READ_TIMESTAMP, timestamp_column
+
+if TYPE_CHECKING:
+    from txntable.protocol.actions import Metadata
+
+@dataclass(frozen=True)
+class Field:
+    """One column of the record schema."""
+
+    name: str
+    type: str
+    nullable: bool = True
+    #: Fields of a nested type of a typed table (``list``: one, ``map``: key and value,
+    #: ``struct``: its fields); empty otherwise and absent from the JSON.
+    children: tuple[Field, ...] = ()
+
 
 #: Protocol version of a table with a record schema of its own (``metadata.typed``).
 TYPED_PROTOCOL_VERSION = 3
@@ -31,11 +45,9 @@ TYPED_PROTOCOL_VERSION = 3
 #: Names the system gives every read row (and a segment stores): not user column names.
 TIMESTAMP_COLUMN = "timestamp"
 PARTITION_COLUMN = "partition"
-OFFSET_COLUMN = "offset"
 RESERVED_NAMES = frozenset({TIMESTAMP_COLUMN, PARTITION_COLUMN, OFFSET_COLUMN})
 
 SEGMENT_TIMESTAMP = pa.timestamp("ms", tz="UTC")
-READ_TIMESTAMP = pa.timestamp("us", tz="UTC")
 SYSTEM_READ_FIELDS = (
     pa.field(PARTITION_COLUMN, pa.int32(), nullable=False),
     pa.field(OFFSET_COLUMN, pa.int64(), nullable=False),
@@ -907,7 +919,7 @@ def check_record(
     return size
 
 
-def record_sizes(table: pa.Table) -> np.ndarray:
+def typed_record_sizes(table: pa.Table) -> np.ndarray:
     """Approximate bytes of every row of segment rows (int64): string and binary columns
     by their lengths, other columns by their share of the column's buffers."""
     n = table.num_rows
