@@ -24,8 +24,8 @@ from txntable.errors import InvalidConfigurationError, TxnTableError
 from txntable.layout import new_segment_name
 from txntable.maintenance.merge import (
     Compaction,
+    MergeRun,
     RewriteReport,
-    Run,
     dirty_ratio,
     latest_offsets,
     plan_commit,
@@ -171,7 +171,7 @@ def rewrite(
     for part in snap.partitions:
         if compact and not force and dirty_ratio(part) < cfg.min_cleanable_dirty_ratio:
             continue
-        runs: list[Run] = plan_groups(part, target, rewrite_all=compact)
+        runs: list[MergeRun] = plan_groups(part, target, rewrite_all=compact)
         if not runs:
             continue
         compaction = None

@@ -55,7 +55,7 @@ from txntable.storage.base import Store
 
 
 @dataclass(frozen=True)
-class Run:
+class MergeRun:
     """Consecutive entries of one partition to rewrite as one merged segment."""
 
     partition: int
@@ -114,14 +114,14 @@ def plan_groups(
     part: PartitionState,
     target_bytes: int,
     rewrite_all: bool = False,
-) -> list[Run]:
+) -> list[MergeRun]:
     """Group a partition's entries below the LSO into runs of about ``target_bytes``.
 
     A run is rewritten if it has two entries or more, or holds something a rewrite drops
     (a marker next to data, an aborted batch). An entry of ``target_bytes`` or more stands
     alone. ``rewrite_all`` (compaction) keeps single-entry runs too.
     """
-    runs: list[Run] = []
+    runs: list[MergeRun] = []
     current: list[tuple[Entry, bool]] = []
     size = 0
 
@@ -131,7 +131,7 @@ def plan_groups(
         entries = tuple(e for e, _ in current)
         invisible = any(not v and not isinstance(e, Marker) for e, v in current)
         if len(entries) >= 2 or invisible or (rewrite_all and not isinstance(entries[0], Marker)):
-            runs.append(Run(part.partition, entries, tuple(v for _, v in current)))
+            runs.append(MergeRun(part.partition, entries, tuple(v for _, v in current)))
 
     for entry, visible in mergeable_entries(part):
         n = entry_size(entry) if visible else 0  # dropped data costs nothing in the output
@@ -155,7 +155,7 @@ def dirty_ratio(part: PartitionState) -> float:
     return dirty / total if total else 0.0
 
 
-def _runs_still_current(snap: TableSnapshot, runs: Sequence[Run]) -> list[Run]:
+def _runs_still_current(snap: TableSnapshot, runs: Sequence[MergeRun]) -> list[MergeRun]:
     """The runs whose entries are still exactly what the snapshot holds (a rebase check).
 
     A run whose first entry is wholly below the log start is not current either: on a v1
@@ -177,7 +177,7 @@ def _runs_still_current(snap: TableSnapshot, runs: Sequence[Run]) -> list[Run]:
 
 
 def plan_commit(
-    snap: TableSnapshot, outputs: Sequence[tuple[Run, Segment]]
+    snap: TableSnapshot, outputs: Sequence[tuple[MergeRun, Segment]]
 ) -> CommitPlan[list[Segment]]:
     """Pure: the ``segment`` actions of the runs still current in ``snap`` (plus the protocol
     upgrade to v2 if the table is older), for :meth:`Log.commit`."""
@@ -284,7 +284,7 @@ def _fold(tables: list[pa.Table]) -> pa.Table:
 
 
 def latest_offsets(
-    store: Store, runs: Sequence[Run], layout: TypedLayout | None = None
+    store: Store, runs: Sequence[MergeRun], layout: TypedLayout | None = None
 ) -> np.ndarray:
     """Offsets of the latest committed record of every non-null key in ``runs`` (sorted).
 
@@ -318,7 +318,7 @@ def latest_offsets(
 
 def rewrite_run(
     store: Store,
-    run: Run,
+    run: MergeRun,
     log_start: int,
     new_path: Callable[[int], str],
     compaction: Compaction | None = None,

@@ -3,7 +3,7 @@
 ``send`` appends a record's fields to per-table column lists (:class:`RecordColumns`).
 Sealing turns those lists into one Arrow table, chooses every row's partition at once
 (vectorised murmur2 of the keys, the sticky partition for null keys), sorts the rows by
-partition and queues each partition's rows as a :class:`Run`. ``send_batch`` queues runs
+partition and queues each partition's rows as a :class:`QueuedRows`. ``send_batch`` queues runs
 of the caller's Arrow data directly. The sender cuts a partition's queued runs into
 segments of at most ``max_request_size`` record bytes (:meth:`PartitionQueue.take`).
 
@@ -151,7 +151,7 @@ class RecordColumns:
 
 
 @dataclass(eq=False)
-class Run:
+class QueuedRows:
     """Consecutive rows of one partition from one batch, waiting to be written.
 
     Attributes:
@@ -172,13 +172,15 @@ class Run:
     def __post_init__(self) -> None:
         self.record_bytes = int(self.sizes.sum())
 
-    def split(self, k: int) -> tuple[Run, Run]:
+    def split(self, k: int) -> tuple[QueuedRows, QueuedRows]:
         """The first ``k`` rows and the rest (memory shared in proportion)."""
         n = len(self.rows)
         head_memory = self.memory * k // n
         return (
-            Run(self.table.slice(0, k), self.sizes[:k], self.rows[:k], self.result, head_memory),
-            Run(
+            QueuedRows(
+                self.table.slice(0, k), self.sizes[:k], self.rows[:k], self.result, head_memory
+            ),
+            QueuedRows(
                 self.table.slice(k),
                 self.sizes[k:],
                 self.rows[k:],
@@ -192,20 +194,20 @@ class PartitionQueue:
     """Runs queued for one partition, oldest first."""
 
     def __init__(self) -> None:
-        self.runs: deque[Run] = deque()
+        self.runs: deque[QueuedRows] = deque()
         self.record_bytes = 0
         self.created = 0.0
 
-    def push(self, run: Run) -> None:
+    def push(self, run: QueuedRows) -> None:
         """Queue ``run`` behind the others."""
         if not self.runs:
             self.created = time.monotonic()
         self.runs.append(run)
         self.record_bytes += run.record_bytes
 
-    def take(self, limit: int) -> list[Run]:
+    def take(self, limit: int) -> list[QueuedRows]:
         """Dequeue the oldest rows holding at most ``limit`` record bytes (at least one row)."""
-        out: list[Run] = []
+        out: list[QueuedRows] = []
         total = 0
         while self.runs:
             run = self.runs[0]
@@ -228,11 +230,11 @@ class PartitionQueue:
 
 
 @dataclass(eq=False)
-class Segment:
+class ProducerBatch:
     """The runs of one partition that become one segment (one producer batch)."""
 
     partition: int
-    runs: list[Run]
+    runs: list[QueuedRows]
     settled: bool = False
 
     @property
@@ -327,7 +329,7 @@ def seal(
     partitions: np.ndarray,
     result: ProduceResult,
     first_row: int,
-) -> list[tuple[int, Run]]:
+) -> list[tuple[int, QueuedRows]]:
     """Split rows into one run per partition, in their order (one ``take``, no row loop).
 
     Args:
@@ -347,19 +349,19 @@ def seal(
     first = int(partitions[0])
     if (partitions == first).all():
         rows = np.arange(first_row, first_row + n, dtype=np.int64)
-        return [(first, Run(table, sizes, rows, result, table.nbytes + n * ROW_BOOKKEEPING))]
+        return [(first, QueuedRows(table, sizes, rows, result, table.nbytes + n * ROW_BOOKKEEPING))]
     narrow = partitions.astype(np.int16) if partitions.max() < 1 << 15 else partitions
     order = np.argsort(narrow, kind="stable")  # a radix sort for 16-bit partitions
     ordered = table.take(pa.array(order))
     counts = np.bincount(partitions, minlength=int(partitions.max()) + 1)
     total_memory = ordered.nbytes + n * ROW_BOOKKEEPING
-    runs: list[tuple[int, Run]] = []
+    runs: list[tuple[int, QueuedRows]] = []
     at = 0
     for partition in np.flatnonzero(counts):
         k = int(counts[partition])
         rows = order[at : at + k] + first_row
         memory = total_memory * k // n
-        run = Run(ordered.slice(at, k), sizes[order[at : at + k]], rows, result, memory)
+        run = QueuedRows(ordered.slice(at, k), sizes[order[at : at + k]], rows, result, memory)
         runs.append((int(partition), run))
         at += k
     return runs
@@ -383,7 +385,7 @@ def typed_columns(
     return layout.rows_table(values, stamps), stamps, explicit, bases
 
 
-def segment_rows(segment: Segment) -> pa.Table:
+def segment_rows(segment: ProducerBatch) -> pa.Table:
     """A typed segment's rows; runs sealed before and after a schema change are unified
     (new columns null, widened types upcast), as a reader would read them anyway."""
     tables = [r.table for r in segment.runs]

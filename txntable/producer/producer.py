@@ -53,9 +53,9 @@ from txntable.producer.accumulator import (
     PY_RECORD_OVERHEAD,
     ROW_BOOKKEEPING,
     PartitionQueue,
+    ProducerBatch,
+    QueuedRows,
     RecordColumns,
-    Run,
-    Segment,
     choose_partitions,
     greedy_cuts,
     seal,
@@ -264,7 +264,7 @@ class Producer:
         self._queues: dict[TopicPartition, PartitionQueue] = {}
         self._queued_memory = 0  # under _cond: queued and in-flight rows, encoded segments
         self._memory_waiters = 0  # under _cond: callers blocked on a full buffer
-        self._sending: list[Segment] = []  # the round in flight
+        self._sending: list[ProducerBatch] = []  # the round in flight
         self._pool: ThreadPoolExecutor | None = None
         self._maintenance = AutoMaintenance(warehouse.table) if auto_maintenance else None
         self._flush_requested = False
@@ -340,7 +340,7 @@ class Producer:
             raise self._txn_error
         self._end_transaction(commit=True)
 
-    def _take_for_short_path(self) -> dict[str, list[Segment]] | None:
+    def _take_for_short_path(self) -> dict[str, list[ProducerBatch]] | None:
         """Take the buffers if the whole transaction is still buffered and fits one segment
         per partition, else ``None``."""
         self._seal_all()
@@ -350,14 +350,14 @@ class Producer:
             queues = sorted((tp, q) for tp, q in self._queues.items() if q.runs)
             if not queues or any(q.record_bytes > self.max_request_size for _, q in queues):
                 return None
-            by_table: dict[str, list[Segment]] = {}
+            by_table: dict[str, list[ProducerBatch]] = {}
             for tp, q in queues:
-                segment = Segment(tp.partition, q.take(self.max_request_size))
+                segment = ProducerBatch(tp.partition, q.take(self.max_request_size))
                 by_table.setdefault(tp.topic, []).append(segment)
             self._sending = [s for items in by_table.values() for s in items]
             return by_table
 
-    def _commit_short_path(self, by_table: dict[str, list[Segment]]) -> None:
+    def _commit_short_path(self, by_table: dict[str, list[ProducerBatch]]) -> None:
         """Commit with P segment PUTs, a CAS to PrepareCommit with the intent, one log version
         per table (data and markers together) and a CAS to CompleteCommit."""
         txn = self._require_txn()
@@ -376,7 +376,7 @@ class Producer:
         self._end_retry()
 
     def _finish_short_path(
-        self, by_table: dict[str, list[Segment]], intent: dict[str, tuple[PendingBatch, ...]]
+        self, by_table: dict[str, list[ProducerBatch]], intent: dict[str, tuple[PendingBatch, ...]]
     ) -> None:
         txn = self._require_txn()
         tid = self.transactional_id or ""
@@ -883,7 +883,7 @@ class Producer:
                 raise
             self._enqueue(topic, runs, reserved)
 
-    def _enqueue(self, topic: str, runs: list[tuple[int, Run]], reserved: int) -> None:
+    def _enqueue(self, topic: str, runs: list[tuple[int, QueuedRows]], reserved: int) -> None:
         """Queue sealed runs; their memory replaces ``reserved`` bytes of reservation."""
         with self._cond:
             for partition, run in runs:
@@ -1167,18 +1167,18 @@ class Producer:
                 finally:
                     self._round_done([s for items in segments.values() for s in items])
 
-    def _take_round(self) -> dict[str, list[Segment]]:
+    def _take_round(self) -> dict[str, list[ProducerBatch]]:
         """Dequeue one segment's worth per partition (holding ``_cond``)."""
-        by_table: dict[str, list[Segment]] = {}
+        by_table: dict[str, list[ProducerBatch]] = {}
         for tp in sorted(self._queues):
             queue = self._queues[tp]
             if queue.runs:
-                segment = Segment(tp.partition, queue.take(self.max_request_size))
+                segment = ProducerBatch(tp.partition, queue.take(self.max_request_size))
                 by_table.setdefault(tp.topic, []).append(segment)
         self._sending = [s for items in by_table.values() for s in items]
         return by_table
 
-    def _round_done(self, segments: list[Segment]) -> None:
+    def _round_done(self, segments: list[ProducerBatch]) -> None:
         _return_freed_memory()
         with self._cond:
             self._queued_memory -= sum(s.memory for s in segments)
@@ -1190,7 +1190,7 @@ class Producer:
             self.producer_id = self.coordinator.allocator.allocate()
             self.producer_epoch = 0
 
-    def _send(self, by_table: dict[str, list[Segment]]) -> None:
+    def _send(self, by_table: dict[str, list[ProducerBatch]]) -> None:
         for topic, segments in by_table.items():
             try:
                 self._send_table(topic, segments)
@@ -1222,7 +1222,7 @@ class Producer:
             self.producer_epoch += 1
             self._sequences.clear()
 
-    def _write_segments(self, topic: str, segments: list[Segment]) -> list[PendingBatch]:
+    def _write_segments(self, topic: str, segments: list[ProducerBatch]) -> list[PendingBatch]:
         """Write one segment per partition; assign sequences (once, kept on retry)."""
         table = self._table(topic)
         sequences = []
@@ -1286,7 +1286,7 @@ class Producer:
 
         return self._pool.submit(put)
 
-    def _send_table(self, topic: str, segments: list[Segment]) -> None:
+    def _send_table(self, topic: str, segments: list[ProducerBatch]) -> None:
         self._ensure_producer_id()
         table = self._table(topic)
         pending = self._write_segments(topic, segments)
