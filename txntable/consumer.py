@@ -293,7 +293,11 @@ class Consumer:
     def _auto_commit_all(self) -> None:
         self.commit()
 
-    def _set_group_assignment(
+    def partition_count(self, table: str) -> int:
+        """Partitions of ``table`` now (what the group's assignor divides)."""
+        return self._table(table).snapshot().num_partitions
+
+    def assign_from_group(
         self, partitions: set[TopicPartition], gained: set[TopicPartition]
     ) -> None:
         """Install the group's assignment; ``gained`` start again from the committed offset."""
@@ -307,9 +311,10 @@ class Consumer:
         self._paused &= partitions
         self._awaiting = (self._awaiting & partitions) | gained
 
-    def _positions_of(
+    def positions_as_offsets(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The positions of ``tps`` that have one, as offsets to commit (for the group)."""
         return {tp: OffsetAndMetadata(self._positions[tp]) for tp in tps if tp in self._positions}
 
     def _resolve_awaiting(self) -> None:
@@ -706,7 +711,7 @@ class Consumer:
             return
         sub = self._subscription
         if sub is None:
-            self._commit_generation(offsets, self.group_generation)
+            self.commit_for_generation(offsets, self.group_generation)
             return
         if sub.member_id is None or sub.generation < 0:
             raise CommitFailedError(
@@ -716,18 +721,20 @@ class Consumer:
         generation = sub.generation
         for _ in range(5):
             try:
-                self._commit_generation(offsets, generation)
+                self.commit_for_generation(offsets, generation)
                 return
             except IllegalGenerationError:
                 newer = sub.newer_generation_owning(set(offsets))
                 if newer is None:
                     raise
                 generation = newer
-        self._commit_generation(offsets, generation)
+        self.commit_for_generation(offsets, generation)
 
-    def _commit_generation(
+    def commit_for_generation(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int
     ) -> None:
+        """Commit ``offsets`` as a member of ``generation`` (the group's rebalance calls
+        this too, under the generation it has not acknowledged yet)."""
         table = self._group_table()
         assert table is not None
         group = self.group_id or ""

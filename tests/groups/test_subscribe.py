@@ -162,7 +162,7 @@ def test_stale_member_cannot_commit_after_its_partitions_moved(wh: Warehouse) ->
     with pytest.raises(CommitFailedError):
         a.commit({TopicPartition(T, 0): OffsetAndMetadata(5)})
     with pytest.raises(IllegalGenerationError):
-        a._commit_generation({TopicPartition(T, 1): OffsetAndMetadata(5)}, stale_gen)
+        a.commit_for_generation({TopicPartition(T, 1): OffsetAndMetadata(5)}, stale_gen)
     assert b.committed(TopicPartition(T, 0)) == OffsetAndMetadata(1)
     # a's next poll finds itself out of the group: its partitions are lost, then it rejoins.
     lost = Recorder()

@@ -13,9 +13,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from txntable.errors import (
     CommitFailedError,
@@ -31,7 +31,56 @@ from txntable.structs import TopicPartition
 from txntable.util import now_ms
 
 if TYPE_CHECKING:
-    from txntable.consumer import Consumer
+    from txntable.structs import OffsetAndMetadata
+    from txntable.warehouse import Warehouse
+
+
+class GroupClient(Protocol):
+    """What a subscription needs of the consumer it runs for (:class:`txntable.Consumer`
+    implements it): the group settings, the warehouse, and four calls into its state."""
+
+    @property
+    def warehouse(self) -> Warehouse: ...
+    @property
+    def group_id(self) -> str | None: ...
+    @property
+    def group_instance_id(self) -> str | None: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def session_timeout_ms(self) -> int: ...
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+    @property
+    def max_poll_interval_ms(self) -> int: ...
+    @property
+    def metadata_max_age_ms(self) -> int: ...
+    @property
+    def enable_auto_commit(self) -> bool: ...
+    @property
+    def partition_assignment_strategy(self) -> tuple[str, ...]: ...
+
+    def partition_count(self, table: str) -> int:
+        """Partitions of ``table`` now."""
+        ...
+
+    def assign_from_group(
+        self, partitions: set[TopicPartition], gained: set[TopicPartition]
+    ) -> None:
+        """Install the group's assignment; ``gained`` start again from the committed offset."""
+        ...
+
+    def positions_as_offsets(
+        self, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The current positions of ``tps`` (those that have one), as offsets to commit."""
+        ...
+
+    def commit_for_generation(
+        self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int
+    ) -> None:
+        """Commit ``offsets`` as a member of ``generation``."""
+        ...
 
 
 def _leave(state: GroupState, member_id: str) -> GroupState:
@@ -67,7 +116,7 @@ class Subscription:
 
     def __init__(
         self,
-        consumer: Consumer,
+        consumer: GroupClient,
         topics: frozenset[str] | None,
         pattern: re.Pattern[str] | None,
         listener: ConsumerRebalanceListener,
@@ -187,7 +236,7 @@ class Subscription:
         counts = {}
         for t in sorted(tables):
             try:
-                counts[t] = self.consumer._table(t).snapshot().num_partitions
+                counts[t] = self.consumer.partition_count(t)
             except TableNotFoundError:
                 continue  # Kafka assigns nothing of a topic that does not exist
         return counts
@@ -300,7 +349,7 @@ class Subscription:
         gained = new - (old - revoked)
         if gained:
             write_fence(self._store(), self.group_id, state.generation, member_id)
-        c._set_group_assignment(new, gained)
+        c.assign_from_group(new, gained)
         added = new - old if self.cooperative else new
         self.listener.on_partitions_assigned(added)
         with self._lock:
@@ -311,15 +360,15 @@ class Subscription:
         c = self.consumer
         self.listener.on_partitions_revoked(set(revoked))
         if c.enable_auto_commit and revoked:
-            offsets = c._positions_of(revoked)
+            offsets = c.positions_as_offsets(revoked)
             if offsets:
                 # The member is in ``generation`` (it has not acknowledged yet, so nobody
                 # else was given these partitions): commit under it, past any fence.
                 try:
-                    c._commit_generation(offsets, generation)
+                    c.commit_for_generation(offsets, generation)
                 except CommitFailedError:
                     pass  # fenced meanwhile: the new owner reads what was committed before
-        c._set_group_assignment(set(self.owned) - revoked, set())
+        c.assign_from_group(set(self.owned) - revoked, set())
         self.owned -= revoked
 
     def lose(self) -> None:
@@ -334,7 +383,7 @@ class Subscription:
             self._latest = None
             self._lost = None
             self._left_by_poll_timeout = False
-        self.consumer._set_group_assignment(set(), set())
+        self.consumer.assign_from_group(set(), set())
         if lost:
             self.listener.on_partitions_lost(lost)
 
@@ -360,7 +409,7 @@ class Subscription:
         self.member_id = None
         self.generation = -1
         self.owned = set()
-        self.consumer._set_group_assignment(set(), set())
+        self.consumer.assign_from_group(set(), set())
 
     def commit_generation(self) -> int:
         """Generation to commit under; −1 before the first generation was applied."""
