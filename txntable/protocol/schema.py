@@ -15,7 +15,7 @@ import decimal
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -24,8 +24,6 @@ import pyarrow.compute as pc
 from txntable.errors import SchemaMismatchError, SerializationError
 from txntable.protocol.records import OFFSET_COLUMN, READ_TIMESTAMP, timestamp_column
 
-if TYPE_CHECKING:
-    from txntable.protocol.actions import Metadata
 
 @dataclass(frozen=True)
 class Field:
@@ -506,10 +504,22 @@ class TypedLayout:
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
-_LAYOUTS: dict[int, tuple[Metadata, TypedLayout]] = {}
+class SchemaMetadata(Protocol):
+    """What :func:`layout_of` reads of a ``metadata`` action (actions.py imports this
+    module, so the action class is not named here)."""
+
+    @property
+    def typed(self) -> bool: ...
+    @property
+    def schema(self) -> tuple[Field, ...]: ...
+    @property
+    def keyColumns(self) -> tuple[str, ...]: ...
 
 
-def layout_of(metadata: Metadata | None) -> TypedLayout | None:
+_LAYOUTS: dict[int, tuple[SchemaMetadata, TypedLayout]] = {}
+
+
+def layout_of(metadata: SchemaMetadata | None) -> TypedLayout | None:
     """The layout of a typed table's ``metadata``; ``None`` for Kafka's default record.
 
     Parsed once per metadata action (readers ask on every poll).
