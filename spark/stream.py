@@ -45,7 +45,7 @@ from .planning import (
     resolve_offset,
     upper_bound,
 )
-from .source import ScanPartition, open_table, read_partition
+from .scan import ScanPartition, open_table, read_partition
 from .timepos import resolve_time_options
 
 if TYPE_CHECKING:

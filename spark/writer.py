@@ -86,9 +86,8 @@ from txntable.table import Table
 from txntable.util import now_ms
 
 from .options import WriteOptions, parse_write_options
-from .scan import cached_store
+from .scan import cached_store, open_table
 from .schema import spark_to_arrow
-from .source import open_table
 
 __all__ = [
     "TxnCommitMessage",
@@ -495,22 +494,47 @@ def with_schema(
     return wrapped
 
 
+@dataclass(frozen=True)
+class WriteSetup:
+    """What the driver fixes once for a batch write job or a streaming query."""
+
+    #: A typed table's layout the tasks write with (``None``: Kafka's record).
+    layout: TypedLayout | None
+    num_partitions: int
+    #: The table version the write started from.
+    version: int
+    #: Prefix of the job's segment names (abort finds the job's files by it).
+    write_id: str
+
+
+def prepare_write(opts: WriteOptions, schema: StructType) -> WriteSetup:
+    """Check the DataFrame's schema against the table and fix the write's parameters (the
+    batch and the streaming writer's common setup).
+
+    Raises:
+        SchemaMismatchError: The DataFrame's columns do not fit the table.
+    """
+    snap = open_table(opts.location).snapshot()
+    table_layout = layout_of(snap.metadata)
+    layout: TypedLayout | None = None
+    if table_layout is not None:
+        layout = typed_write_layout(table_layout, schema, opts.merge_schema)
+    else:
+        check_input_schema(schema)
+    return WriteSetup(layout, snap.num_partitions, snap.version, uuid.uuid4().hex)
+
+
 class TxnTableWriter(DataSourceArrowWriter):
     """Batch append: every task's segments become visible in one log version, or none do."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self.opts = opts
-        snap = open_table(opts.location).snapshot()
-        table_layout = layout_of(snap.metadata)
+        setup = prepare_write(opts, schema)
         #: A typed table's layout the tasks write with (``None``: Kafka's record).
-        self.layout: TypedLayout | None = None
-        if table_layout is not None:
-            self.layout = typed_write_layout(table_layout, schema, opts.merge_schema)
-        else:
-            check_input_schema(schema)
-        self.num_partitions = snap.num_partitions
-        self.start_version = snap.version
-        self.write_id = uuid.uuid4().hex
+        self.layout = setup.layout
+        self.num_partitions = setup.num_partitions
+        self.start_version = setup.version
+        self.write_id = setup.write_id
         self.committed_version: int | None = None
         #: Set when ``txnVersion`` was already applied and nothing was committed.
         self.skipped = False
@@ -620,15 +644,10 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType, app_id: str) -> None:
         self.opts = opts
         self.app_id = app_id
-        snap = open_table(opts.location).snapshot()
-        table_layout = layout_of(snap.metadata)
-        self.layout: TypedLayout | None = None
-        if table_layout is not None:
-            self.layout = typed_write_layout(table_layout, schema, opts.merge_schema)
-        else:
-            check_input_schema(schema)
-        self.num_partitions = snap.num_partitions
-        self.write_id = uuid.uuid4().hex
+        setup = prepare_write(opts, schema)
+        self.layout = setup.layout
+        self.num_partitions = setup.num_partitions
+        self.write_id = setup.write_id
         self.last_result: str | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
