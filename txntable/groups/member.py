@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from txntable.errors import (
-    ObjectNotFoundError,
     PreconditionFailedError,
     TransientStorageError,
 )
@@ -24,6 +23,7 @@ from txntable.layout import GENERATION_TABLE, group_object_key
 from txntable.protocol.actions import Action, CommitPlan, OffsetCommit
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
+from txntable.storage.cas import load_object, put_cas
 from txntable.util import now_ms
 
 #: Attempts of one transition before giving up on a storm of concurrent writers.
@@ -33,9 +33,8 @@ MAX_CAS_ATTEMPTS = 1000
 def load_group(store: Store, group_id: str) -> tuple[GroupState, str | None]:
     """The group object and its etag (``None``: no object yet, an empty group)."""
     key = group_object_key(group_id)
-    try:
-        obj = store.get(key)
-    except ObjectNotFoundError:
+    obj = load_object(store, key)
+    if obj is None:
         return empty_group(group_id), None
     return GroupState.from_json(obj.data, key), obj.etag
 
@@ -57,22 +56,13 @@ def update_group(
         new = transition(state)
         if new == state and etag is not None:
             return state
-        data = new.to_json()
         try:
-            if etag is None:
-                store.put_if_absent(key, data)
-            else:
-                store.put_if_match(key, data, etag)
+            put_cas(store, key, new.to_json(), etag)
             return new
         except PreconditionFailedError:
             pass  # another member moved first: reload and re-apply
         except TransientStorageError:
-            # Outcome unknown: our exact bytes (unique writeId) mean the write landed.
-            try:
-                if store.get(key).data == data:
-                    return new
-            except (ObjectNotFoundError, TransientStorageError):
-                pass
+            pass  # did not land (put_cas read it back): reload and re-apply
         time.sleep(random.uniform(0, 0.01))
     raise PreconditionFailedError(f"group {group_id}: gave up after {MAX_CAS_ATTEMPTS} races")
 

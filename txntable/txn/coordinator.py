@@ -28,7 +28,6 @@ from txntable.errors import (
     CorruptLogError,
     InvalidPathError,
     InvalidTxnStateError,
-    ObjectNotFoundError,
     PreconditionFailedError,
     ProducerFencedError,
     TransientStorageError,
@@ -43,6 +42,7 @@ from txntable.layout import (
 from txntable.protocol.actions import loads_strict
 from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.storage.base import Store
+from txntable.storage.cas import load_object, put_cas
 from txntable.table import Table
 from txntable.util import now_ms
 
@@ -267,10 +267,7 @@ class ProducerIdAllocator:
 
     def _reserve_block(self) -> tuple[int, int]:
         for _ in range(1000):
-            try:
-                obj = self.store.get(PRODUCER_IDS_KEY)
-            except ObjectNotFoundError:
-                obj = None
+            obj = load_object(self.store, PRODUCER_IDS_KEY)
             start = 0 if obj is None else self._parse(obj.data)
             # A fresh writeId makes our bytes unique, so an ambiguous write is recognised.
             body = json.dumps(
@@ -283,20 +280,12 @@ class ProducerIdAllocator:
                 sort_keys=True,
             ).encode()
             try:
-                if obj is None:
-                    self.store.put_if_absent(PRODUCER_IDS_KEY, body)
-                else:
-                    self.store.put_if_match(PRODUCER_IDS_KEY, body, obj.etag)
+                put_cas(self.store, PRODUCER_IDS_KEY, body, None if obj is None else obj.etag)
                 return start, start + self.block_size
             except PreconditionFailedError:
                 time.sleep(random.uniform(0, 0.01))
             except TransientStorageError:
-                try:
-                    landed = self.store.get(PRODUCER_IDS_KEY).data == body
-                except (ObjectNotFoundError, TransientStorageError):
-                    landed = False
-                if landed:
-                    return start, start + self.block_size
+                pass  # did not land (put_cas read it back): reload and try again
         raise InvalidTxnStateError("could not reserve a producer id block after 1000 attempts")
 
     @staticmethod
@@ -360,9 +349,8 @@ class TransactionCoordinator:
     def load(self, transactional_id: str) -> tuple[TxnMetadata, str] | None:
         """The current object and its etag, or ``None`` if there is none."""
         key = self.key(transactional_id)
-        try:
-            obj = self.store.get(key)
-        except ObjectNotFoundError:
+        obj = load_object(self.store, key)
+        if obj is None:
             return None
         return TxnMetadata.from_json(obj.data, key), obj.etag
 
@@ -371,24 +359,9 @@ class TransactionCoordinator:
 
         Raises:
             PreconditionFailedError: Another client changed the object first.
+            TransientStorageError: The outcome is unknown and the write did not land.
         """
-        key = self.key(meta.transactional_id)
-        data = meta.to_json()
-        try:
-            if etag is None:
-                return self.store.put_if_absent(key, data)
-            return self.store.put_if_match(key, data, etag)
-        except TransientStorageError:
-            # The outcome is unknown: read back (the store contract), never assume. Our exact
-            # bytes (unique by their writeId) mean the write landed; otherwise the
-            # error stands and the caller retries as before.
-            try:
-                current = self.store.get(key)
-            except ObjectNotFoundError:
-                current = None
-            if current is None or current.data != data:
-                raise
-            return current.etag
+        return put_cas(self.store, self.key(meta.transactional_id), meta.to_json(), etag)
 
     def _table(self, name: str) -> Table:
         if self._table_provider is not None and not name.startswith(f"{GROUPS_DIR}/"):
