@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core.maintutil import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from maintutil import (
     HISTORY_FOR_CRASH,
     SPARSE,
     Op,
@@ -19,8 +21,6 @@ from core.maintutil import (
     read_keys,
     run_history,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from txntable import Warehouse
 from txntable.protocol.actions import Segment
@@ -162,7 +162,7 @@ def test_spark_stream_while_producer_and_maintainers_run(spark: Any, tmp_path: P
     import time
     import uuid
 
-    worker = Path(__file__).parents[1] / "core" / "helpers_maint" / "maint_worker.py"
+    worker = Path(__file__).parents[1] / "maintenance" / "helpers" / "maint_worker.py"
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(repo), *filter(None, [env.get("PYTHONPATH")])])

@@ -662,7 +662,7 @@ def test_table_scan_matches_the_model(read_committed: bool) -> None:
 def test_executor_scan_cuts_a_sparse_merged_segment_by_offset(start: int, end: int) -> None:
     """Spark's plan and executor read of a key-compacted segment (offsets 4, 5, 10, 11 of
     ``[0, 13)``) equal ``Table.scan``, for ranges starting and ending inside its gaps."""
-    from core.maintutil import SPARSE, compacted_table
+    from maintutil import SPARSE, compacted_table
 
     wh = _wh()
     compacted_table(wh, "orders", partitions=2)
@@ -685,7 +685,7 @@ def test_executor_scan_cuts_a_sparse_merged_segment_by_offset(start: int, end: i
 
 
 def test_max_files_per_trigger_counts_a_merged_segment_once() -> None:
-    from core.maintutil import compacted_table
+    from maintutil import compacted_table
 
     wh = _wh()
     compacted_table(wh, "orders", partitions=2)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from core.test_typed import ALL_TYPES, comparable, null_row, row
+from typedutil import ALL_TYPES, comparable, null_row, row
 
 from txntable import Producer, Warehouse
 from txntable.protocol.schema import TypedLayout
