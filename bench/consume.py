@@ -45,7 +45,12 @@ import boto3
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.storage import CountingStore, LatencyStore, S3Store
 from txntable.table import Table
 

@@ -11,7 +11,12 @@ import argparse
 import tempfile
 import time
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.storage.local import LocalStore
 from txntable.storage.wrappers import CountingStore
 

@@ -49,16 +49,18 @@ from pathlib import Path
 from typing import Any
 
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.actions import (
+from txntable.config import VERSION_RETENTION_MS_DEFAULT
+from txntable.log.log import Log, checkpoint_due
+from txntable.maintenance.maintain import clean_log
+from txntable.protocol.actions import (
     Batch,
     CommitInfo,
     Marker,
     encode_actions,
 )
-from txntable.config import VERSION_RETENTION_MS_DEFAULT
-from txntable.log import Log, checkpoint_due, now_ms
-from txntable.maintenance import clean_log
-from txntable.records import ProducerRecord, encode_segment
+from txntable.protocol.records import encode_segment
+from txntable.structs import ProducerRecord
+from txntable.util import now_ms
 
 PARTITIONS = 4
 RECORDS = 10

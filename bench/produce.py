@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txntable import Producer, Warehouse
-from txntable.partitioner import partitions_for_keys
-from txntable.records import SEGMENT_SCHEMA
+from txntable.producer.partitioner import partitions_for_keys
+from txntable.protocol.records import SEGMENT_SCHEMA
 
 PARTITIONS = 8
 TXNS = 10

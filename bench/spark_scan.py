@@ -27,9 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from txntable.actions import Batch
-from txntable.append import PendingBatch, PendingMarker
-from txntable.records import SEGMENT_SCHEMA
+from txntable.protocol.actions import Batch
+from txntable.protocol.append import PendingBatch, PendingMarker
+from txntable.protocol.records import SEGMENT_SCHEMA
 from txntable.warehouse import Warehouse
 from txntable_spark.writer import encode_table
 

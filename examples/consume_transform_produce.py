@@ -34,9 +34,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import UnstableOffsetCommitError
-from txntable.groups import OffsetAndMetadata
+from txntable.structs import OffsetAndMetadata
 
 INPUT, OUT_EVEN, OUT_ODD = "in", "out_a", "out_b"
 PARTITIONS = 3

@@ -12,7 +12,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 
 
 def run_scenario(wh: Warehouse) -> None:

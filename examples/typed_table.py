@@ -16,7 +16,12 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 
 
 def main() -> None:

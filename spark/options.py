@@ -59,15 +59,23 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 import pyarrow as pa
 
 from txntable.errors import InvalidConfigurationError
-from txntable.names import validate_table_name
-from txntable.planning import EARLIEST, LATEST, READ_COMMITTED, READ_UNCOMMITTED, OffsetSpec
-from txntable.schema import TypedLayout
+from txntable.layout import validate_table_name
+from txntable.protocol.schema import TypedLayout
+from txntable.read.planning import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+)
 from txntable.storage import check_storage_options
+from txntable.structs import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    IsolationLevel,
+)
 
 __all__ = [
     "EARLIEST",
@@ -82,7 +90,6 @@ __all__ = [
     "parse_write_options",
 ]
 
-IsolationLevel = Literal["read_committed", "read_uncommitted"]
 
 STORAGE_PREFIX = "storage."
 DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024

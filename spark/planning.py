@@ -1,8 +1,9 @@
 """Spark scan planning: the core's segment slices packed into Spark input partitions.
 
-What a read returns is planned by :mod:`txntable.planning`, the planning shared with
+What a read returns is planned by :mod:`txntable.read.planning`, the planning shared with
 ``Table.scan`` and the consumer (LSO, aborted filtering through
-:func:`txntable.aborted.classify_entries`, offset resolution); this module adds only what is
+:func:`txntable.protocol.aborted.classify_entries`, offset resolution); this module adds only what
+is
 Spark's: packing slices into input partitions of a target size, the default parallelism,
 and admission control for streaming. Pure functions, no I/O and no Spark.
 """
@@ -15,7 +16,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from txntable.planning import (
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.read.planning import (
     OffsetRange,
     SegmentSlice,
     resolve_offset,
@@ -23,8 +25,7 @@ from txntable.planning import (
     slices_in_ranges,
     upper_bound,
 )
-from txntable.planning import resolve_ranges as _resolve_ranges
-from txntable.snapshot import TableSnapshot
+from txntable.read.planning import resolve_ranges as _resolve_ranges
 
 from .options import ReadOptions
 

@@ -38,14 +38,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txntable.records import (
+from txntable.protocol.records import (
     READ_HEADER_STRUCT,
     READ_HEADERS,
     READ_SCHEMA,
     READ_SCHEMA_NO_HEADERS,
     READ_TIMESTAMP,
 )
-from txntable.schema import TypedLayout, fill_required
+from txntable.protocol.schema import TypedLayout, fill_required
 
 HEADER_STRUCT = StructType(
     [StructField("key", StringType(), False), StructField("value", BinaryType(), True)]

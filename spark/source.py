@@ -24,82 +24,31 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from txntable.errors import InvalidConfigurationError
-from txntable.schema import TypedLayout, layout_of
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.schema import TypedLayout, layout_of
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.read.timestamps import version_at_timestamp
 from txntable.table import Table
-from txntable.timestamps import version_at_timestamp
-from txntable.warehouse import Warehouse
 
 from .options import (
     ReadOptions,
-    TableLocation,
     parse_bool,
     parse_columns,
     parse_int,
     parse_location,
     parse_read_options,
+    parse_write_options,
 )
-from .planning import Pruning, SegmentSlice, plan_scan
-from .scan import read_slices
+from .planning import Pruning, plan_scan
+from .scan import ScanPartition, open_table, read_partition
 from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
+from .stream import TxnTableStreamReader
 from .timepos import resolve_time_options
+from .writer import TxnTableStreamWriter, TxnTableWriter, stream_app_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMAT_NAME = "txntable"
-
-
-class ScanPartition(InputPartition):
-    """One Spark task's work: segment slices plus what it needs to reopen the store."""
-
-    def __init__(
-        self,
-        location: TableLocation,
-        slices: list[SegmentSlice],
-        include_headers: bool = True,
-        layout: TypedLayout | None = None,
-        columns: tuple[str, ...] | None = None,
-        arrow_schema: pa.Schema | None = None,
-    ) -> None:
-        super().__init__(None)
-        self.location = location
-        self.slices = slices
-        self.include_headers = include_headers
-        #: A typed table's layout and the columns read (``None``: Kafka's record / all).
-        self.layout = layout
-        self.columns = columns
-        self.arrow_schema = arrow_schema
-
-    @classmethod
-    def of(cls, opts: ReadOptions, slices: list[SegmentSlice]) -> ScanPartition:
-        """The input partition reading ``slices`` as ``opts`` says."""
-        return cls(
-            opts.location,
-            slices,
-            opts.include_headers,
-            opts.layout,
-            opts.columns,
-            opts.arrow_schema,
-        )
-
-    def __repr__(self) -> str:
-        # InputPartition's default repr prints every attribute; keep credentials out.
-        return f"ScanPartition({self.location!r}, {len(self.slices)} slices)"
-
-
-def open_table(location: TableLocation, finish_stuck_transactions: bool = True) -> Table:
-    """A fresh handle on the table at ``location``.
-
-    Raises:
-        TableNotFoundError: If the warehouse has no such table.
-    """
-    warehouse = Warehouse(
-        location.warehouse_url,
-        location.storage_options,
-        finish_stuck_transactions=finish_stuck_transactions,
-    )
-    return warehouse.table(location.table)
 
 
 def load_snapshot(opts: ReadOptions) -> TableSnapshot:
@@ -127,23 +76,6 @@ def load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
     table.snapshot()
     table.finish_stuck_transactions()  # a dead producer's prepared transaction pins no LSO
     return table, table.snapshot(refresh=False)
-
-
-def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Executor entry point shared by the batch and the streaming reader."""
-    if not isinstance(partition, ScanPartition):
-        return iter(())  # Spark's placeholder partition for an empty plan
-    loc = partition.location
-    return read_slices(
-        loc.warehouse_url,
-        loc.storage_options,
-        loc.table,
-        partition.slices,
-        partition.include_headers,
-        partition.layout,
-        partition.columns,
-        partition.arrow_schema,
-    )
 
 
 def load_layout(options: dict[str, Any]) -> TypedLayout | None:
@@ -274,26 +206,16 @@ class TxnTableDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (see :mod:`txntable_spark.stream`); a typed table is read
         with the schema it had when the query started."""
-        from .stream import TxnTableStreamReader
-
         return TxnTableStreamReader(self._read_options(schema, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """An atomic append writer (see :mod:`txntable_spark.writer`)."""
-        from .writer import TxnTableWriter, parse_write_options
-
         if overwrite:
             raise InvalidConfigurationError("txntable supports only mode('append')")
         return TxnTableWriter(parse_write_options(self._options()), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """An exactly-once micro-batch writer (see :mod:`txntable_spark.writer`)."""
-        from .writer import (
-            TxnTableStreamWriter,
-            parse_write_options,
-            stream_app_id,
-        )
-
         if overwrite:
             raise InvalidConfigurationError("txntable supports only outputMode('append')")
         options = self._options()

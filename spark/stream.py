@@ -30,9 +30,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
-from txntable.log import now_ms
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
+from txntable.util import now_ms
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import (
@@ -45,7 +45,7 @@ from .planning import (
     resolve_offset,
     upper_bound,
 )
-from .source import ScanPartition, open_table, read_partition
+from .scan import ScanPartition, open_table, read_partition
 from .timepos import resolve_time_options
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Time-based read options resolved to offsets and versions on the driver.
 
 ``startingTimestamp`` & co. become concrete per-partition offsets of the snapshot being
-planned (:func:`txntable.timestamps.offset_for_time`, reading at most one segment per
+planned (:func:`txntable.read.timestamps.offset_for_time`, reading at most one segment per
 partition), and ``timestampAsOf`` a log version, before the usual offset planning runs.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from txntable.errors import NoOffsetForPartitionError
-from txntable.planning import LATEST, OffsetSpec
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.read.planning import LATEST, OffsetSpec
+from txntable.read.timestamps import offset_for_time
 from txntable.table import Table
-from txntable.timestamps import offset_for_time
 
 from .options import ReadOptions, TimestampSpec
 

@@ -14,13 +14,14 @@ version or a later one for the app id, in which case it writes nothing.
 Each Spark task routes its rows to table partitions (the ``partition`` column when set,
 else Kafka's murmur2 partitioner of ``key``, else one sticky partition per task for null
 keys), writes one Parquet segment per table partition (more when a partition exceeds
-``maxBytesPerSegment``) and returns :class:`~txntable.append.PendingBatch` descriptors. The
+``maxBytesPerSegment``) and returns :class:`~txntable.protocol.append.PendingBatch` descriptors. The
 driver commits every batch of the job as ONE log version: nothing is visible until then, and
 everything is at once. Batches are non-transactional (producer id -1), so the commit
 never conflicts with producers; a lost race only rebases offsets.
 
 A streaming micro-batch commits the same way plus an
-:class:`~txntable.actions.AppTxn` ``(appId, batchId)``; the check "batchId already applied?"
+:class:`~txntable.protocol.actions.AppTxn` ``(appId, batchId)``; the check "batchId already
+applied?"
 runs inside the commit's retry loop against the refreshed snapshot, so a batch replayed after
 a restart is skipped even when its first attempt's commit raced with other writers.
 """
@@ -58,8 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txntable.actions import AppTxn, Batch
-from txntable.append import AppendResult, PendingBatch, plan_append
+from txntable import layout
 from txntable.errors import (
     IllegalStateError,
     InvalidConfigurationError,
@@ -67,10 +67,12 @@ from txntable.errors import (
     TxnTableError,
     UnknownTopicOrPartitionError,
 )
-from txntable.log import CommitPlan, now_ms
-from txntable.partitioner import partitions_for_keys
-from txntable.records import SEGMENT_SCHEMA
-from txntable.schema import (
+from txntable.layout import new_segment_name, spark_abort_key
+from txntable.producer.partitioner import partitions_for_keys
+from txntable.protocol.actions import AppTxn, Batch, CommitPlan
+from txntable.protocol.append import AppendResult, PendingBatch, plan_append
+from txntable.protocol.records import SEGMENT_SCHEMA
+from txntable.protocol.schema import (
     TypedLayout,
     castable,
     check_evolution,
@@ -78,15 +80,14 @@ from txntable.schema import (
     merge_schemas,
     schema_to_json,
 )
-from txntable.snapshot import TableSnapshot
+from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
-from txntable.vacuum import new_segment_name
+from txntable.util import now_ms
 
 from .options import WriteOptions, parse_write_options
-from .scan import cached_store
+from .scan import cached_store, open_table
 from .schema import spark_to_arrow
-from .source import open_table
 
 __all__ = [
     "TxnCommitMessage",
@@ -240,7 +241,8 @@ class Router:
 
 
 def encode_table(table: pa.Table) -> bytes:
-    """A segment's bytes (same layout and codec as :func:`txntable.records.encode_segment`)."""
+    """A segment's bytes (same layout and codec as
+    :func:`txntable.protocol.records.encode_segment`)."""
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
@@ -302,13 +304,13 @@ class SegmentWriter:
 
 def abort_tombstone(table: str, write_id: str) -> str:
     """Key marking a batch write job as aborted (tasks still running then clean up)."""
-    return f"{table}/_spark_aborted/{write_id}"
+    return spark_abort_key(table, write_id)
 
 
 def segment_key(table: str, partition: int, write_id: str) -> str:
     """A new segment key; the write id prefix lets abort find every file of the job."""
     # The name carries its creation time, so vacuum can date it without storage metadata.
-    return f"{table}/data/{partition}/{new_segment_name(write_id + '-')}"
+    return layout.segment_key(table, partition, new_segment_name(write_id + "-"))
 
 
 def write_task(
@@ -397,7 +399,7 @@ def _delete(store: Store, keys: Iterable[str]) -> None:
 def _job_files(store: Store, table: str, num_partitions: int, write_id: str) -> list[str]:
     keys: list[str] = []
     for p in range(num_partitions):
-        keys.extend(store.list(f"{table}/data/{p}/{write_id}-"))
+        keys.extend(store.list(f"{layout.data_dir(table, p)}{write_id}-"))
     return keys
 
 
@@ -492,22 +494,47 @@ def with_schema(
     return wrapped
 
 
+@dataclass(frozen=True)
+class WriteSetup:
+    """What the driver fixes once for a batch write job or a streaming query."""
+
+    #: A typed table's layout the tasks write with (``None``: Kafka's record).
+    layout: TypedLayout | None
+    num_partitions: int
+    #: The table version the write started from.
+    version: int
+    #: Prefix of the job's segment names (abort finds the job's files by it).
+    write_id: str
+
+
+def prepare_write(opts: WriteOptions, schema: StructType) -> WriteSetup:
+    """Check the DataFrame's schema against the table and fix the write's parameters (the
+    batch and the streaming writer's common setup).
+
+    Raises:
+        SchemaMismatchError: The DataFrame's columns do not fit the table.
+    """
+    snap = open_table(opts.location).snapshot()
+    table_layout = layout_of(snap.metadata)
+    layout: TypedLayout | None = None
+    if table_layout is not None:
+        layout = typed_write_layout(table_layout, schema, opts.merge_schema)
+    else:
+        check_input_schema(schema)
+    return WriteSetup(layout, snap.num_partitions, snap.version, uuid.uuid4().hex)
+
+
 class TxnTableWriter(DataSourceArrowWriter):
     """Batch append: every task's segments become visible in one log version, or none do."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self.opts = opts
-        snap = open_table(opts.location).snapshot()
-        table_layout = layout_of(snap.metadata)
+        setup = prepare_write(opts, schema)
         #: A typed table's layout the tasks write with (``None``: Kafka's record).
-        self.layout: TypedLayout | None = None
-        if table_layout is not None:
-            self.layout = typed_write_layout(table_layout, schema, opts.merge_schema)
-        else:
-            check_input_schema(schema)
-        self.num_partitions = snap.num_partitions
-        self.start_version = snap.version
-        self.write_id = uuid.uuid4().hex
+        self.layout = setup.layout
+        self.num_partitions = setup.num_partitions
+        self.start_version = setup.version
+        self.write_id = setup.write_id
         self.committed_version: int | None = None
         #: Set when ``txnVersion`` was already applied and nothing was committed.
         self.skipped = False
@@ -617,15 +644,10 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType, app_id: str) -> None:
         self.opts = opts
         self.app_id = app_id
-        snap = open_table(opts.location).snapshot()
-        table_layout = layout_of(snap.metadata)
-        self.layout: TypedLayout | None = None
-        if table_layout is not None:
-            self.layout = typed_write_layout(table_layout, schema, opts.merge_schema)
-        else:
-            check_input_schema(schema)
-        self.num_partitions = snap.num_partitions
-        self.write_id = uuid.uuid4().hex
+        setup = prepare_write(opts, schema)
+        self.layout = setup.layout
+        self.num_partitions = setup.num_partitions
+        self.write_id = setup.write_id
         self.last_result: str | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:

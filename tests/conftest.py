@@ -11,10 +11,15 @@ import collections.abc as _abc
 import logging as _logging
 import os as _os
 import pathlib as _pathlib
+import uuid as _uuid
+from typing import Any as _Any
 
 import pytest
 import storeutil as _storeutil
+import tableutil as _tableutil
 
+from txntable import Producer as _Producer
+from txntable import Warehouse as _Warehouse
 from txntable.storage import MemoryStore as _MemoryStore
 from txntable.storage import S3Store as _S3Store
 from txntable.storage import Store as _Store
@@ -89,3 +94,49 @@ def any_store(request: pytest.FixtureRequest, tmp_path: _pathlib.Path) -> _abc.I
     store.close()
     if isinstance(store, _MemoryStore):
         _MemoryStore.drop(store.url.removeprefix("memory://"))
+
+
+# --- table fixtures -------------------------------------------------------------------------
+# memory_store, wh (a warehouse on it), local_wh, recording_store, fault_store, make_producer.
+@pytest.fixture
+def memory_store() -> _abc.Iterator[_MemoryStore]:
+    """A fresh, uniquely named memory store, dropped afterwards."""
+    name = f"core-{_uuid.uuid4().hex}"
+    store = _MemoryStore(name)
+    yield store
+    _MemoryStore.drop(name)
+
+@pytest.fixture
+def wh(memory_store: _MemoryStore) -> _Warehouse:
+    """A warehouse on a fresh memory store."""
+    return _Warehouse(store=memory_store)
+
+@pytest.fixture
+def local_wh(tmp_path: _pathlib.Path) -> _Warehouse:
+    """A warehouse on local disk, opened by URL."""
+    return _Warehouse(f"file://{tmp_path}/lake")
+
+@pytest.fixture
+def recording_store(memory_store: _MemoryStore) -> _tableutil.RecordingStore:
+    """A GET-recording, request-counting wrapper of a fresh memory store."""
+    return _tableutil.RecordingStore(memory_store)
+
+@pytest.fixture
+def fault_store(memory_store: _MemoryStore) -> _tableutil.ReadFaultStore:
+    """A fault-injecting wrapper (writes and GETs) of a fresh memory store."""
+    return _tableutil.ReadFaultStore(memory_store)
+
+@pytest.fixture
+def make_producer() -> _abc.Iterator[_abc.Callable[..., _Producer]]:
+    """Build producers (manual flush by default) that are closed after the test."""
+    producers: list[_Producer] = []
+
+    def make(warehouse: _Warehouse, **kwargs: _Any) -> _Producer:
+        options = {**_tableutil.MANUAL_FLUSH, **kwargs}
+        producer = _Producer(warehouse, **options)
+        producers.append(producer)
+        return producer
+
+    yield make
+    for producer in producers:
+        producer.close(timeout=10)

@@ -13,7 +13,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from txntable.storage import LocalStore, MemoryStore, S3Store, Store
+from txntable.storage import (
+    LocalStore,
+    MemoryStore,
+    S3Store,
+    Store,
+)
 from txntable.storage.s3 import (
     S3_ACCESS_KEY_ID,
     S3_ALLOW_HTTP,

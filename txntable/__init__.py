@@ -1,9 +1,16 @@
 """txntable: Kafka's exactly-once machinery as a table format on object storage."""
 
-from txntable.consumer import READ_COMMITTED, READ_UNCOMMITTED, Consumer
-from txntable.groups import ConsumerGroupMetadata, OffsetAndMetadata
-from txntable.producer import Producer
-from txntable.records import ConsumerRecord, RecordMetadata, TopicPartition
+from txntable.consumer import Consumer
+from txntable.producer.producer import Producer
+from txntable.structs import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError
-from txntable.names import validate_id
+from txntable.layout import validate_id
 
 # --- log ----------------------------------------------------------------------------------
 
@@ -34,7 +34,7 @@ COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 #: stopped at is the newest one (a deleted version is otherwise invisible to a refresh).
 LOG_GAP_CHECK_INTERVAL_MS_DEFAULT = 60_000
 
-#: Group commit (many writers of one log; see txntable.group_commit): on by default.
+#: Group commit (many writers of one log; see txntable.log.group_commit): on by default.
 GROUP_COMMIT_DEFAULT = True
 #: How long a committer's lease lasts unless renewed.
 COMMIT_LEASE_MS_DEFAULT = 5_000
@@ -213,7 +213,7 @@ def optional(validator: Validator) -> Validator:
 
 def assignment_strategy(name: str, value: object) -> object:
     """An assignor name or a non-empty list of them (``range``, ``cooperative-sticky``)."""
-    from txntable.assignors import check_strategies
+    from txntable.groups.assignors import check_strategies
 
     return check_strategies(value)
 

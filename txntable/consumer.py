@@ -1,7 +1,7 @@
 """The consumer: assign partitions, seek, and poll records below the HW or the LSO.
 
 Under ``read_committed`` a poll returns only offsets below the last stable offset, with
-aborted transactions removed by :mod:`txntable.aborted` (the same module the Spark reader
+aborted transactions removed by :mod:`txntable.protocol.aborted` (the same module the Spark reader
 uses) and markers skipped; the position moves past both, so a read_committed consumer sees
 gaps, as with Kafka. ``read_uncommitted`` returns everything below the high watermark.
 """
@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 
 from txntable import config
-from txntable.assignors import check_strategies
 from txntable.errors import (
     CommitFailedError,
     IllegalGenerationError,
@@ -30,37 +29,46 @@ from txntable.errors import (
     TxnTableError,
     UnstableOffsetCommitError,
 )
-from txntable.groups import (
-    ConsumerGroupMetadata,
-    OffsetAndMetadata,
+from txntable.groups.assignors import check_strategies
+from txntable.groups.offsets import (
     check_offsets,
-    committed_offset,
     open_group_table,
 )
-from txntable.log import now_ms
-from txntable.planning import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
+from txntable.groups.subscription import ConsumerRebalanceListener, Subscription
+from txntable.protocol.offsets import committed_offset
+from txntable.protocol.records import (
+    rows_to_records,
+)
+from txntable.protocol.schema import TypedLayout, layout_of
+from txntable.protocol.sequencing import OffsetCommitOp
+from txntable.protocol.snapshot import PartitionState
+from txntable.protocol.typed import rows_to_dict_records
+from txntable.read.planning import (
     FetchPlan,
     SegmentSlice,
     plan_fetch,
     take,
 )
-from txntable.reader import SegmentCache, SegmentReader, slice_rows, to_output
-from txntable.records import (
+from txntable.read.reader import (
+    SegmentCache,
+    SegmentReader,
+    slice_rows,
+    to_output,
+)
+from txntable.read.timestamps import offset_for_time
+from txntable.structs import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ConsumerGroupMetadata,
     ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
     TopicPartition,
     check_topic_partition,
     check_topic_partitions,
-    rows_to_records,
 )
-from txntable.schema import TypedLayout, layout_of
-from txntable.sequencing import OffsetCommitOp
-from txntable.snapshot import PartitionState
-from txntable.subscription import ConsumerRebalanceListener, Subscription
 from txntable.table import Table
-from txntable.timestamps import OffsetAndTimestamp, offset_for_time
-from txntable.typed import rows_to_dict_records
+from txntable.util import now_ms
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -285,7 +293,11 @@ class Consumer:
     def _auto_commit_all(self) -> None:
         self.commit()
 
-    def _set_group_assignment(
+    def partition_count(self, table: str) -> int:
+        """Partitions of ``table`` now (what the group's assignor divides)."""
+        return self._table(table).snapshot().num_partitions
+
+    def assign_from_group(
         self, partitions: set[TopicPartition], gained: set[TopicPartition]
     ) -> None:
         """Install the group's assignment; ``gained`` start again from the committed offset."""
@@ -299,9 +311,10 @@ class Consumer:
         self._paused &= partitions
         self._awaiting = (self._awaiting & partitions) | gained
 
-    def _positions_of(
+    def positions_as_offsets(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The positions of ``tps`` that have one, as offsets to commit (for the group)."""
         return {tp: OffsetAndMetadata(self._positions[tp]) for tp in tps if tp in self._positions}
 
     def _resolve_awaiting(self) -> None:
@@ -324,9 +337,9 @@ class Consumer:
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + 1.0
-        from txntable.coordinator import TransactionCoordinator
-        from txntable.groups import group_root
-        from txntable.recovery import finish_if_stuck
+        from txntable.layout import group_root
+        from txntable.txn.coordinator import TransactionCoordinator
+        from txntable.txn.recovery import finish_if_stuck
 
         table = self._group_table(create=False)
         if table is None:
@@ -435,7 +448,7 @@ class Consumer:
         Kafka's ``offsetsForTimes``: records visible at this consumer's isolation level
         count (read_committed: below the LSO, aborted ones skipped); ``None`` where no
         record is that recent. Batches are skipped by their timestamp bounds in the log;
-        at most one segment per partition is read (see :mod:`txntable.timestamps`).
+        at most one segment per partition is read (see :mod:`txntable.read.timestamps`).
 
         Raises:
             InvalidArgumentTypeError: Not a mapping of ``TopicPartition`` to an int.
@@ -495,7 +508,7 @@ class Consumer:
         """:meth:`poll`, with each partition's records as one Arrow table.
 
         The tables have the columns of ``Table.scan`` (key, value, topic, partition,
-        offset, timestamp, headers; :data:`~txntable.records.READ_SCHEMA`; a typed table's
+        offset, timestamp, headers; :data:`~txntable.protocol.records.READ_SCHEMA`; a typed table's
         columns, then partition, offset and timestamp). Positions move
         exactly as :meth:`poll` moves them, past markers and aborted batches included.
 
@@ -698,7 +711,7 @@ class Consumer:
             return
         sub = self._subscription
         if sub is None:
-            self._commit_generation(offsets, self.group_generation)
+            self.commit_for_generation(offsets, self.group_generation)
             return
         if sub.member_id is None or sub.generation < 0:
             raise CommitFailedError(
@@ -708,18 +721,20 @@ class Consumer:
         generation = sub.generation
         for _ in range(5):
             try:
-                self._commit_generation(offsets, generation)
+                self.commit_for_generation(offsets, generation)
                 return
             except IllegalGenerationError:
                 newer = sub.newer_generation_owning(set(offsets))
                 if newer is None:
                     raise
                 generation = newer
-        self._commit_generation(offsets, generation)
+        self.commit_for_generation(offsets, generation)
 
-    def _commit_generation(
+    def commit_for_generation(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int
     ) -> None:
+        """Commit ``offsets`` as a member of ``generation`` (the group's rebalance calls
+        this too, under the generation it has not acknowledged yet)."""
         table = self._group_table()
         assert table is not None
         table.submit(OffsetCommitOp.of(self.group_id or "", offsets, generation))

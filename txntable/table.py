@@ -11,41 +11,52 @@ from typing import TYPE_CHECKING, TypeVar
 import pyarrow as pa
 
 from txntable import config
-from txntable.actions import Action, AppTxn, Batch, LogStart
-from txntable.append import AppendResult, PendingBatch, PendingMarker, plan_append
 from txntable.errors import (
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     OffsetOutOfRangeError,
     SchemaMismatchError,
 )
-from txntable.log import CommitPlan, Log, now_ms
-from txntable.schema import (
+from txntable.layout import segment_key
+from txntable.log.log import Log
+from txntable.protocol.actions import (
+    Action,
+    AppTxn,
+    Batch,
+    CommitPlan,
+    LogStart,
+)
+from txntable.protocol.append import (
+    AppendResult,
+    PendingBatch,
+    PendingMarker,
+    plan_append,
+)
+from txntable.protocol.schema import (
     TypedLayout,
     check_evolution,
     layout_of,
     normalize_schema,
     schema_to_json,
 )
-from txntable.snapshot import PartitionState, TableSnapshot
+from txntable.protocol.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
-    from txntable.group_commit import GroupCommit, GroupCommitConfig
-    from txntable.sequencing import Operation
-
-if TYPE_CHECKING:
-    from txntable.maintenance import (
+    from txntable.log.group_commit import GroupCommit, GroupCommitConfig
+    from txntable.maintenance.maintain import (
         CheckpointReport,
         LogCleanupReport,
         MaintenanceReport,
     )
-    from txntable.merge import RewriteReport
-    from txntable.recovery import StuckTransactionFinisher
-    from txntable.retention import ExpiryReport, RetentionReport
-    from txntable.scan import Offsets, TableScan
-    from txntable.vacuum import VacuumReport
-    from txntable.verify import VerifyReport
+    from txntable.maintenance.merge import RewriteReport
+    from txntable.maintenance.retention import ExpiryReport, RetentionReport
+    from txntable.maintenance.vacuum import VacuumReport
+    from txntable.maintenance.verify import VerifyReport
+    from txntable.protocol.sequencing import Operation
+    from txntable.read.scan import Offsets, TableScan
+    from txntable.txn.recovery import StuckTransactionFinisher
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,7 +166,7 @@ class Table:
         self._finisher = finisher
         self._lock = threading.RLock()
         self._snapshot: TableSnapshot | None = None
-        from txntable.group_commit import GroupCommit, GroupCommitConfig
+        from txntable.log.group_commit import GroupCommit, GroupCommitConfig
 
         cfg = group_commit or GroupCommitConfig()
         #: Commits of this handle (group commit), or ``None``: each commit races alone.
@@ -197,7 +208,7 @@ class Table:
 
         What readers call after a refresh (``describe``, the consumer's poll, Spark
         planning): cheap, since each stuck transactional id's coordinator object is read at
-        most once per grace period (see :class:`~txntable.recovery.StuckTransactionFinisher`);
+        most once per grace period (see :class:`~txntable.txn.recovery.StuckTransactionFinisher`);
         nothing at all when the warehouse was opened with ``finish_stuck_transactions=False``.
 
         Returns:
@@ -252,7 +263,7 @@ class Table:
             UnknownTopicOrPartitionError: A partition the table does not have.
             InvalidConfigurationError: An argument of the wrong kind.
         """
-        from txntable.scan import TableScan
+        from txntable.read.scan import TableScan
 
         return TableScan(
             self,
@@ -284,7 +295,8 @@ class Table:
 
         Allowed: new nullable columns (at the end, also inside structs) and widened types
         (int8/int16/int32 to a wider integer, float32 to float64); see
-        :func:`txntable.schema.check_evolution`. Segments written before are read with nulls
+        :func:`txntable.protocol.schema.check_evolution`. Segments written before are read with
+        nulls
         for the new columns and their values upcast. Producers holding the older schema
         keep committing (their segments are read the same way) and pick the new schema up
         when they meet a column they do not know.
@@ -320,7 +332,7 @@ class Table:
 
     def segment_key(self, partition: int, file_name: str) -> str:
         """Store key of a segment file of ``partition``."""
-        return f"{self.name}/data/{partition}/{file_name}"
+        return segment_key(self.name, partition, file_name)
 
     def append(
         self,
@@ -335,7 +347,7 @@ class Table:
             Offsets assigned (duplicates get their original offsets) and the version.
         """
         if self.group_commit is not None:
-            from txntable.sequencing import AppendOp
+            from txntable.protocol.sequencing import AppendOp
 
             op = AppendOp(tuple(batches), tuple(markers or ()), app_txn)
             result, version = self.submit(op, transactional_id)
@@ -416,11 +428,12 @@ class Table:
         """Delete segment files that no version of the retention window references and that
         are older than ``retention_ms`` (Delta's VACUUM).
 
-        See :mod:`txntable.vacuum` (default retention: the table's ``version.retention.ms``,
+        See :mod:`txntable.maintenance.vacuum` (default retention: the table's
+        ``version.retention.ms``,
         a week).
         """
-        from txntable.maintenance import MaintenanceConfig
-        from txntable.vacuum import vacuum
+        from txntable.maintenance.maintain import MaintenanceConfig
+        from txntable.maintenance.vacuum import vacuum
 
         if retention_ms is None:
             retention_ms = MaintenanceConfig.of(self.snapshot()).version_retention_ms
@@ -431,9 +444,9 @@ class Table:
 
         Offsets never change; markers and aborted data are dropped. One log version swaps
         the runs for the merged segments, then a checkpoint is written. See
-        :mod:`txntable.merge`.
+        :mod:`txntable.maintenance.merge`.
         """
-        from txntable.maintenance import rewrite
+        from txntable.maintenance.maintain import rewrite
 
         return rewrite(self, compact=False, target_bytes=target_bytes)
 
@@ -444,19 +457,19 @@ class Table:
         compaction first kept them. ``force=False`` skips partitions whose dirty ratio is
         below ``min.cleanable.dirty.ratio``.
         """
-        from txntable.maintenance import rewrite
+        from txntable.maintenance.maintain import rewrite
 
         return rewrite(self, compact=True, now=now, force=force)
 
     def apply_retention(self, now: int | None = None) -> RetentionReport:
         """Advance log start offsets per ``retention.ms`` / ``retention.bytes``."""
-        from txntable.maintenance import apply_retention
+        from txntable.maintenance.maintain import apply_retention
 
         return apply_retention(self, now)
 
     def expire_producers(self, now: int | None = None) -> ExpiryReport:
         """Forget producers idle past ``producer.id.expiration.ms`` with nothing open."""
-        from txntable.maintenance import expire_producers
+        from txntable.maintenance.maintain import expire_producers
 
         return expire_producers(self, now)
 
@@ -466,13 +479,13 @@ class Table:
         Raises:
             StorageError: If the checkpoint or its hint could not be written.
         """
-        from txntable.maintenance import checkpoint
+        from txntable.maintenance.maintain import checkpoint
 
         return checkpoint(self)
 
     def clean_log(self, now: int | None = None) -> LogCleanupReport:
         """Delete log versions and checkpoints older than the time-travel window."""
-        from txntable.maintenance import clean_log
+        from txntable.maintenance.maintain import clean_log
 
         return clean_log(self, now)
 
@@ -480,22 +493,23 @@ class Table:
         self, now: int | None = None, vacuum: bool = True, dry_run: bool = False
     ) -> MaintenanceReport:
         """Retention, producer expiry, compaction or merge, checkpoint, log cleanup and
-        vacuum, as the table's configuration says. See :mod:`txntable.maintenance`."""
-        from txntable.maintenance import maintain
+        vacuum, as the table's configuration says. See :mod:`txntable.maintenance.maintain`."""
+        from txntable.maintenance.maintain import maintain
 
         return maintain(self, now, vacuum, dry_run)
 
     def verify(
         self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None
     ) -> VerifyReport:
-        """Replay the whole log and check every invariant of the spec (see :mod:`txntable.verify`).
+        """Replay the whole log and check every invariant of the spec (see
+        :mod:`txntable.maintenance.verify`).
 
         Args:
             segments: Also read every referenced segment and check it against its batch.
             progress: Called with ``(phase, done, total)``, phase ``"log"`` then
                 ``"segments"``.
         """
-        from txntable.verify import verify_log
+        from txntable.maintenance.verify import verify_log
 
         return verify_log(self.log, self.name, segments=segments, progress=progress)
 

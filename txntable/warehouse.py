@@ -10,7 +10,26 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from txntable import config
-from txntable.actions import (
+from txntable.errors import (
+    InvalidArgumentTypeError,
+    InvalidConfigurationError,
+    ObjectExistsError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from txntable.groups.describe import (
+    GroupDescription,
+    describe_group,
+    list_groups,
+)
+from txntable.layout import (
+    group_root,
+    validate_table_name,
+    version_key,
+)
+from txntable.log.group_commit import GroupCommitConfig
+from txntable.log.log import Log
+from txntable.protocol.actions import (
     CREATE_READER_VERSION,
     CREATE_WRITER_VERSION,
     DEFAULT_RECORD_SCHEMA,
@@ -20,25 +39,15 @@ from txntable.actions import (
     Protocol,
     encode_actions,
 )
-from txntable.coordinator import TransactionCoordinator, TransactionListing
-from txntable.errors import (
-    InvalidArgumentTypeError,
-    InvalidConfigurationError,
-    ObjectExistsError,
-    TableExistsError,
-    TableNotFoundError,
-)
-from txntable.group_commit import GroupCommitConfig
-from txntable.groups import GroupDescription, describe_group, group_root, list_groups
-from txntable.log import Log, now_ms
-from txntable.names import validate_table_name
-from txntable.recovery import RecoveryReport, StuckTransactionFinisher, recover
-from txntable.schema import TYPED_PROTOCOL_VERSION, normalize_schema, schema_to_json
+from txntable.protocol.schema import TYPED_PROTOCOL_VERSION, normalize_schema, schema_to_json
 from txntable.storage.base import Store
 from txntable.table import Table
+from txntable.txn.coordinator import TransactionCoordinator, TransactionListing
+from txntable.txn.recovery import RecoveryReport, StuckTransactionFinisher, recover
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
-    from txntable.verify import VerifyReport
+    from txntable.maintenance.verify import VerifyReport
 
 
 class Warehouse:
@@ -62,7 +71,7 @@ class Warehouse:
             producer before others complete it.
         group_commit: Whether many writers of one table commit in rounds (group commit:
             intents, one committer per round), or each commit races alone; a
-            :class:`~txntable.group_commit.GroupCommitConfig` sets its timings.
+            :class:`~txntable.log.group_commit.GroupCommitConfig` sets its timings.
     """
 
     def __init__(
@@ -97,7 +106,7 @@ class Warehouse:
                 "group_commit must be a bool or a GroupCommitConfig, not "
                 f"{type(group_commit).__name__}"
             )
-        #: How tables opened through this warehouse commit (see txntable.group_commit).
+        #: How tables opened through this warehouse commit (see txntable.log.group_commit).
         self.group_commit = group_commit
         self._finisher: StuckTransactionFinisher | None = None
         self._finisher_lock = threading.Lock()
@@ -108,7 +117,7 @@ class Warehouse:
             return None
         with self._finisher_lock:
             if self._finisher is None:
-                from txntable.coordinator import TransactionCoordinator
+                from txntable.txn.coordinator import TransactionCoordinator
 
                 # Readers only complete decided (prepared) transactions; aborting expired
                 # ones is left to writers, which Kafka's coordinator plays here.
@@ -129,7 +138,8 @@ class Warehouse:
         key: Sequence[str] | str | None = None,
     ) -> Table:
         """Create a table: Kafka's record (key, value, headers, timestamp), or with
-        ``schema`` a typed table of the user's columns (protocol v3, :mod:`txntable.schema`).
+        ``schema`` a typed table of the user's columns (protocol v3,
+        :mod:`txntable.protocol.schema`).
 
         Args:
             name: The table name (Kafka's topic rules, no leading ``_``).
@@ -214,13 +224,13 @@ class Warehouse:
         return [
             name
             for name in self.store.list_children("")
-            if not name.startswith("_") and self.store.exists(f"{name}/_log/{0:020d}.json")
+            if not name.startswith("_") and self.store.exists(version_key(name, 0))
         ]
 
     def recover(
         self, now: int | None = None, timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT
     ) -> RecoveryReport:
-        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.recovery`).
+        """Finish prepared transactions and abort timed-out ones (see :mod:`txntable.txn.recovery`).
 
         Raises:
             KafkaTimeoutError: Listing the coordinator objects kept failing for ``timeout_ms``.
@@ -247,7 +257,7 @@ class Warehouse:
         Raises:
             ObjectNotFoundError: If the group has no offset log.
         """
-        from txntable.verify import verify_log
+        from txntable.maintenance.verify import verify_log
 
         root = group_root(group_id)
         return verify_log(Log(self.store, root), root, False, progress, group_log=True)

@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from txntable import OffsetAndMetadata, Producer, TopicPartition, Warehouse
-from txntable.cli import cli
-from txntable.groups import ConsumerGroupMetadata
+from txntable import (
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
+from txntable.cli.main import cli
+from txntable.structs import ConsumerGroupMetadata
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ import pytest
 from cliutil import ok_json, run_cli
 
 from txntable import Producer, Warehouse
-from txntable.actions import Batch, CommitInfo, encode_actions
-from txntable.coordinator import TransactionCoordinator
 from txntable.errors import ProducerFencedError
-from txntable.log import now_ms
+from txntable.protocol.actions import Batch, CommitInfo, encode_actions
+from txntable.txn.coordinator import TransactionCoordinator
+from txntable.util import now_ms
 
 
 def _txn_json(wh: Warehouse, tid: str, state: str) -> dict[str, object]:
@@ -346,7 +346,7 @@ def test_colour_only_on_a_terminal(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txntable.cli", "describe", url, "t"],
+        [sys.executable, "-m", "txntable.cli.main", "describe", url, "t"],
         stdout=replica, stderr=replica, env=env,
     )
     os.close(replica)

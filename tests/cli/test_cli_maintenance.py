@@ -8,7 +8,7 @@ import pytest
 from cliutil import ok_json, run_cli
 
 from txntable import Producer, Warehouse
-from txntable.actions import Segment
+from txntable.protocol.actions import Segment
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from txntable import Producer, Warehouse
-from txntable.cli import cli
-from txntable.coordinator import TransactionCoordinator, TxnState
-from txntable.log import now_ms
+from txntable.cli.main import cli
+from txntable.txn.coordinator import TransactionCoordinator, TxnState
+from txntable.util import now_ms
 
 
 def stuck_prepared(url: str) -> None:

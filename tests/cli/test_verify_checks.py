@@ -18,8 +18,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from txntable import ConsumerGroupMetadata, OffsetAndMetadata, Producer, TopicPartition, Warehouse
-from txntable.actions import (
+from txntable import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
+from txntable.errors import InvalidTxnStateError, ProducerFencedError, TxnTableError
+from txntable.maintenance.verify import (
+    RULES,
+    LogChecker,
+    Violation,
+    check_segment,
+    compare_snapshots,
+)
+from txntable.protocol.actions import (
     AbortedTxn,
     Action,
     AppTxn,
@@ -31,12 +45,11 @@ from txntable.actions import (
     OffsetCommit,
     Protocol,
 )
-from txntable.errors import InvalidTxnStateError, ProducerFencedError, TxnTableError
-from txntable.log import now_ms
-from txntable.records import ProducerRecord, encode_segment
-from txntable.snapshot import checkpoint_actions, load_checkpoint
+from txntable.protocol.records import encode_segment
+from txntable.protocol.snapshot import checkpoint_actions, load_checkpoint
 from txntable.storage import MemoryStore
-from txntable.verify import RULES, LogChecker, Violation, check_segment, compare_snapshots
+from txntable.structs import ProducerRecord
+from txntable.util import now_ms
 
 T = "t"
 

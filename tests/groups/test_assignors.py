@@ -10,7 +10,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from txntable.assignors import (
+from txntable.errors import InvalidConfigurationError
+from txntable.groups.assignors import (
     COOPERATIVE_STICKY,
     RANGE,
     MemberSubscription,
@@ -19,7 +20,6 @@ from txntable.assignors import (
     check_strategies,
     select_protocol,
 )
-from txntable.errors import InvalidConfigurationError
 
 TABLES = ("a", "b", "c")
 

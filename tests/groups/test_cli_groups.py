@@ -7,8 +7,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.cli import cli
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
+from txntable.cli.main import cli
 
 
 def test_groups_shows_members_assignment_and_lag(tmp_path: Path) -> None:

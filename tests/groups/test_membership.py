@@ -20,7 +20,7 @@ from txntable.errors import (
     InconsistentGroupProtocolError,
     UnknownMemberIdError,
 )
-from txntable.membership import (
+from txntable.groups.state import (
     GroupState,
     ack,
     empty_group,

@@ -12,11 +12,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from txntable import Consumer, OffsetAndMetadata, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    OffsetAndMetadata,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import CommitFailedError, IllegalGenerationError, IllegalStateError
-from txntable.group_member import load_group
+from txntable.groups.member import load_group
+from txntable.groups.subscription import ConsumerRebalanceListener
 from txntable.storage import MemoryStore
-from txntable.subscription import ConsumerRebalanceListener
 
 T = "orders"
 ALL = {TopicPartition(T, p) for p in range(6)}
@@ -156,7 +162,7 @@ def test_stale_member_cannot_commit_after_its_partitions_moved(wh: Warehouse) ->
     with pytest.raises(CommitFailedError):
         a.commit({TopicPartition(T, 0): OffsetAndMetadata(5)})
     with pytest.raises(IllegalGenerationError):
-        a._commit_generation({TopicPartition(T, 1): OffsetAndMetadata(5)}, stale_gen)
+        a.commit_for_generation({TopicPartition(T, 1): OffsetAndMetadata(5)}, stale_gen)
     assert b.committed(TopicPartition(T, 0)) == OffsetAndMetadata(1)
     # a's next poll finds itself out of the group: its partitions are lost, then it rejoins.
     lost = Recorder()

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from txntable.errors import TransientStorageError
-from txntable.storage.base import ObjectInfo, Store, StoredObject, StoreWrapper
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    StoreWrapper,
+)
 
 
 @dataclass(frozen=True)

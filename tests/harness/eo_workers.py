@@ -32,10 +32,15 @@ from typing import Any
 import pyarrow as pa
 from eo_chaos import ChaosConfig, ChaosStore
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import ProducerFencedError, TxnTableError, UnstableOffsetCommitError
-from txntable.groups import OffsetAndMetadata
 from txntable.storage import open_store
+from txntable.structs import OffsetAndMetadata
 
 #: Data tables and their partition counts; ``ctp`` is the consume-transform-produce output.
 TABLES = {"t0": 3, "t1": 2, "t2": 2}

@@ -11,9 +11,9 @@ import boto3
 import storeutil
 
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.records import ConsumerRecord
 from txntable.storage import CountingStore, Store
 from txntable.storage.base import StoredObject
+from txntable.structs import ConsumerRecord
 
 #: Producer settings under which only ``flush``/``commit_transaction`` send anything.
 MANUAL_FLUSH: dict[str, Any] = {"linger_ms": 600_000, "batch_size": 1 << 30}

@@ -8,11 +8,16 @@ from collections.abc import Callable
 import pytest
 from s3util import S3Location, drain, unique_secret
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import StorageError
-from txntable.groups import OffsetAndMetadata
 from txntable.storage import CountingStore, S3Store, open_store
 from txntable.storage.s3 import S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN
+from txntable.structs import OffsetAndMetadata
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

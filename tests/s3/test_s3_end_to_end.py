@@ -7,7 +7,12 @@ from collections.abc import Callable
 import pytest
 from s3util import drain
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.table import OpenTransaction
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]

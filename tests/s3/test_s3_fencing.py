@@ -9,8 +9,8 @@ import pytest
 from s3util import S3Location, drain
 
 from txntable import Producer, Warehouse
-from txntable.coordinator import TransactionCoordinator, TxnState
 from txntable.errors import ProducerFencedError
+from txntable.txn.coordinator import TransactionCoordinator, TxnState
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

@@ -7,9 +7,14 @@ from collections.abc import Callable
 import pytest
 from s3util import MANUAL_FLUSH, RecordingStore, S3Location
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable.coordinator import TransactionCoordinator
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.storage import open_store
+from txntable.txn.coordinator import TransactionCoordinator
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ import pytest
 from s3util import RecordingStore, S3Location, drain
 
 from txntable import Producer, Warehouse
-from txntable.actions import Batch
+from txntable.protocol.actions import Batch
 from txntable.storage import LatencyStore, S3Store
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]

@@ -4,7 +4,7 @@
 ``store.put``) and commits it with :meth:`Table.append`, exactly as the producer does, while
 keeping an independent model of the log: which offsets hold which records, which
 transactions committed, aborted or are still open. :meth:`TableWriter.expected` answers what
-a read_committed / read_uncommitted reader must return, without using ``txntable.aborted``.
+a read_committed / read_uncommitted reader must return, without using ``txntable.protocol.aborted``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from txntable.append import PendingBatch, PendingMarker
-from txntable.records import ProducerRecord, encode_segment
+from txntable.protocol.append import PendingBatch, PendingMarker
+from txntable.protocol.records import encode_segment
+from txntable.structs import ProducerRecord
 from txntable.table import Table
 from txntable.warehouse import Warehouse
 

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from core.maintutil import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from maintutil import (
     HISTORY_FOR_CRASH,
     SPARSE,
     Op,
@@ -19,11 +21,9 @@ from core.maintutil import (
     read_keys,
     run_history,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from txntable import Warehouse
-from txntable.actions import Segment
+from txntable.protocol.actions import Segment
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -106,7 +106,7 @@ def test_spark_read_committed_survives_maintenance(
     before = _rows(spark, path, "read_committed")
     table = wh.table("t")
     table.optimize(target_bytes=target)
-    from txntable.retention import plan_retention
+    from txntable.maintenance.retention import plan_retention
 
     table.commit(lambda s: plan_retention(s, 0, -1, keep))
     table.vacuum(retention_ms=3600 * 1000)
@@ -162,7 +162,7 @@ def test_spark_stream_while_producer_and_maintainers_run(spark: Any, tmp_path: P
     import time
     import uuid
 
-    worker = Path(__file__).parents[1] / "core" / "helpers_maint" / "maint_worker.py"
+    worker = Path(__file__).parents[1] / "maintenance" / "helpers" / "maint_worker.py"
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(repo), *filter(None, [env.get("PYTHONPATH")])])

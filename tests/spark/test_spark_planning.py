@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from sparkutil import TableWriter, arrow_rows, rec
 
-from txntable.actions import Batch
 from txntable.errors import (
     InvalidConfigurationError,
     InvalidTableNameError,
     OffsetOutOfRangeError,
 )
+from txntable.protocol.actions import Batch
 from txntable.warehouse import Warehouse
 from txntable_spark.options import (
     EARLIEST,
@@ -144,13 +144,13 @@ def test_out_of_range_offsets(mixed: TableWriter) -> None:
 
 
 def test_log_start_offset_and_fail_on_data_loss() -> None:
-    from txntable.actions import LogStart
+    from txntable.protocol.actions import LogStart
 
     tw = TableWriter(_wh(), "t", 1)
     for i in range(3):
         tw.batch(0, [rec(i)])
     snap = tw.table.snapshot()
-    from txntable.snapshot import apply_action
+    from txntable.protocol.snapshot import apply_action
 
     apply_action(snap, LogStart(0, 2))
     start = '{"t": {"0": 0}}'
@@ -662,7 +662,7 @@ def test_table_scan_matches_the_model(read_committed: bool) -> None:
 def test_executor_scan_cuts_a_sparse_merged_segment_by_offset(start: int, end: int) -> None:
     """Spark's plan and executor read of a key-compacted segment (offsets 4, 5, 10, 11 of
     ``[0, 13)``) equal ``Table.scan``, for ranges starting and ending inside its gaps."""
-    from core.maintutil import SPARSE, compacted_table
+    from maintutil import SPARSE, compacted_table
 
     wh = _wh()
     compacted_table(wh, "orders", partitions=2)
@@ -685,7 +685,7 @@ def test_executor_scan_cuts_a_sparse_merged_segment_by_offset(start: int, end: i
 
 
 def test_max_files_per_trigger_counts_a_merged_segment_once() -> None:
-    from core.maintutil import compacted_table
+    from maintutil import compacted_table
 
     wh = _wh()
     compacted_table(wh, "orders", partitions=2)

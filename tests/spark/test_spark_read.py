@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sparkutil import Row, TableWriter, arrow_rows, rec, spark_rows
 
-from txntable.actions import Batch
+from txntable.protocol.actions import Batch
 from txntable.warehouse import Warehouse
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

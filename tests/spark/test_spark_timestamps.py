@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark.options import parse_read_options
-from spark.timepos import resolve_time_options
 from txntable import Producer, Warehouse
 from txntable.errors import NoOffsetForPartitionError, VersionNotFoundError
-from txntable.planning import LATEST
+from txntable.read.planning import LATEST
+from txntable.read.timestamps import commit_timestamp, timestamps_ms, version_at_timestamp
 from txntable.storage import MemoryStore
-from txntable.timestamps import commit_timestamp, timestamps_ms, version_at_timestamp
+from txntable_spark.options import parse_read_options
+from txntable_spark.timepos import resolve_time_options
 
 
 def _first_at(wh: Warehouse, p: int, ts: int, level: str = "read_committed") -> int | None:

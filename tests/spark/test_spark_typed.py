@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from core.test_typed import ALL_TYPES, comparable, null_row, row
+from typedutil import ALL_TYPES, comparable, null_row, row
 
 from txntable import Producer, Warehouse
-from txntable.schema import TypedLayout
+from txntable.protocol.schema import TypedLayout
 from txntable_spark.schema import to_spark_batches, typed_arrow_schema, typed_spark_schema
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sparkutil import spark_rows
 
-from txntable.actions import Batch
-from txntable.partitioner import partition_for_key
+from txntable.producer.partitioner import partition_for_key
+from txntable.protocol.actions import Batch
 from txntable.warehouse import Warehouse
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

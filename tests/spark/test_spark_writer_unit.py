@@ -17,10 +17,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txntable.actions import Batch
 from txntable.errors import IllegalStateError, InvalidConfigurationError, SchemaMismatchError
-from txntable.partitioner import partition_for_key
-from txntable.records import read_segment
+from txntable.producer.partitioner import partition_for_key
+from txntable.protocol.actions import Batch
+from txntable.read.reader import read_segment
 from txntable.warehouse import Warehouse
 from txntable_spark.options import parse_write_options
 from txntable_spark.writer import (

@@ -17,7 +17,12 @@ from txntable.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
 )
-from txntable.storage import LocalStore, MemoryStore, S3Store, open_store
+from txntable.storage import (
+    LocalStore,
+    MemoryStore,
+    S3Store,
+    open_store,
+)
 from txntable.storage.arrowfs import arrow_filesystem
 from txntable.storage.fsspec_store import FsspecStore
 

@@ -32,7 +32,13 @@ from txntable.errors import (
     TableNotFoundError,
     TransientStorageError,
 )
-from txntable.storage import CountingStore, LocalStore, MemoryStore, S3Store, open_store
+from txntable.storage import (
+    CountingStore,
+    LocalStore,
+    MemoryStore,
+    S3Store,
+    open_store,
+)
 from txntable.storage.arrowfs import arrow_filesystem
 from txntable.storage.s3 import (
     S3_ACCESS_KEY_ID,
@@ -404,7 +410,12 @@ def test_missing_bucket_is_storage_error(mock_s3: None) -> None:
 
 
 def test_missing_bucket_is_not_reported_as_a_missing_table(mock_s3: None) -> None:
-    from txntable import Consumer, Producer, TopicPartition, Warehouse
+    from txntable import (
+        Consumer,
+        Producer,
+        TopicPartition,
+        Warehouse,
+    )
 
     wh = Warehouse("s3://no-such-bucket-here/wh", {S3_REGION: storeutil.TEST_REGION})
     with pytest.raises(BucketNotFoundError, match="no-such-bucket-here"):

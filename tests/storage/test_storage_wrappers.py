@@ -8,7 +8,13 @@ import time
 import pytest
 
 from txntable.errors import ObjectExistsError, TransientStorageError
-from txntable.storage import CountingStore, FaultInjectingStore, LatencyStore, MemoryStore, Store
+from txntable.storage import (
+    CountingStore,
+    FaultInjectingStore,
+    LatencyStore,
+    MemoryStore,
+    Store,
+)
 
 
 def test_counting_store_counts_exactly(any_store: Store) -> None:

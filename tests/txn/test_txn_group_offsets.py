@@ -9,14 +9,19 @@ from concurrent.futures import Future
 import pytest
 from txnutil import all_tps, group_log, markers_by_partition, read_all
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import (
     IllegalGenerationError,
     OffsetMetadataTooLargeError,
     ProducerFencedError,
     UnstableOffsetCommitError,
 )
-from txntable.groups import OffsetAndMetadata
+from txntable.structs import OffsetAndMetadata
 
 TID = "ctp"
 GROUP = "g"

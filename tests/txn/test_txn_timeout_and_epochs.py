@@ -9,13 +9,18 @@ from dataclasses import replace
 import pytest
 from txnutil import assert_no_open_transactions, markers_by_partition, read_all
 
-from txntable import Consumer, Producer, TopicPartition, Warehouse
-from txntable import coordinator as coordinator_module
-from txntable.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnState
+from txntable import (
+    Consumer,
+    Producer,
+    TopicPartition,
+    Warehouse,
+)
 from txntable.errors import PreconditionFailedError, ProducerFencedError
-from txntable.log import now_ms
 from txntable.storage import open_store
 from txntable.storage.base import Store, StoredObject, StoreWrapper
+from txntable.txn import coordinator as coordinator_module
+from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnState
+from txntable.util import now_ms
 
 TID = "stall"
 

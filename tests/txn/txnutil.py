@@ -10,9 +10,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.actions import Action, Marker
-from txntable.groups import open_group_table
-from txntable.log import Log
+from txntable.groups.offsets import open_group_table
+from txntable.log.log import Log
+from txntable.protocol.actions import Action, Marker
 from txntable.table import Table
 
 HELPERS = Path(__file__).parent / "helpers"

@@ -27,7 +27,12 @@ from txntable.errors import (
     ObjectNotFoundError,
     StorageError,
 )
-from txntable.storage.base import Store, StoredObject, refuse_unknown_options, validate_key
+from txntable.storage.base import (
+    Store,
+    StoredObject,
+    refuse_unknown_options,
+    validate_key,
+)
 
 #: Options every fsspec filesystem takes (``AbstractFileSystem``, its instance cache and
 #: listings cache, async implementations).

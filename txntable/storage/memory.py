@@ -9,7 +9,12 @@ import threading
 from collections.abc import Iterator
 
 from txntable.errors import ObjectExistsError, ObjectNotFoundError, PreconditionFailedError
-from txntable.storage.base import ObjectInfo, Store, StoredObject, validate_key
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    validate_key,
+)
 
 _REGISTRY: dict[str, tuple[dict[str, StoredObject], list[str], threading.Lock]] = {}
 _REGISTRY_LOCK = threading.Lock()

@@ -439,7 +439,7 @@ class S3Store(Store):
         Not through ``pyarrow.fs.S3FileSystem``: its input streams send a ``HeadObject``
         before the ``GET`` to learn the size, doubling the requests (and the latency) of
         every segment read. Large segments are read with ranged requests by
-        :class:`txntable.reader.SegmentReader` instead.
+        :class:`txntable.read.reader.SegmentReader` instead.
 
         Raises:
             ObjectNotFoundError: If it does not exist.

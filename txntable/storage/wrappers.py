@@ -9,7 +9,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from txntable.errors import TransientStorageError
-from txntable.storage.base import ObjectInfo, Store, StoredObject, StoreWrapper
+from txntable.storage.base import (
+    ObjectInfo,
+    Store,
+    StoredObject,
+    StoreWrapper,
+)
 
 #: Request kinds counted by :class:`CountingStore`.
 REQUEST_KINDS = ("GET", "HEAD", "LIST", "PUT", "CONDITIONAL_PUT", "DELETE")
@@ -100,7 +105,7 @@ class LatencyStore(StoreWrapper):
     Models S3 on a fast local backend (the moto server): every call sleeps ``latency_ms``
     first, segment reads and writes (``get_data_file`` / ``put_data_file``, pyarrow's file
     system on S3) included. Readers never bypass a wrapped store's data path (see
-    :class:`txntable.reader.SegmentReader`), so the delay applies to every segment read.
+    :class:`txntable.read.reader.SegmentReader`), so the delay applies to every segment read.
     A ``list`` is delayed once, however many pages it has. Sleeping releases the GIL, so
     requests made from several threads overlap as they would against a real store.
     """

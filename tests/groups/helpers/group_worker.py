@@ -15,7 +15,12 @@ import os
 import sys
 import time
 
-from txntable import Consumer, OffsetAndMetadata, Producer, Warehouse
+from txntable import (
+    Consumer,
+    OffsetAndMetadata,
+    Producer,
+    Warehouse,
+)
 from txntable.errors import CommitFailedError, UnstableOffsetCommitError
 
 

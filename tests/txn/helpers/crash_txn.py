@@ -33,9 +33,9 @@ import signal
 import sys
 
 from txntable import Producer, TopicPartition, Warehouse
-from txntable.coordinator import TransactionCoordinator, TxnState
-from txntable.groups import OffsetAndMetadata
+from txntable.structs import OffsetAndMetadata
 from txntable.table import Table
+from txntable.txn.coordinator import TransactionCoordinator, TxnState
 
 TID = "crash-tid"
 GROUP = "crash-g"

@@ -1,0 +1,83 @@
+"""Producer processes racing for the same log versions on local disk."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+from procutil import run_workers
+from tableutil import read_all
+
+from txntable import Producer, Warehouse
+from txntable.producer.partitioner import partition_for_key
+
+PROCESSES = 4
+RECORDS = 300
+PARTITIONS = 3
+FLUSH_EVERY = 10
+
+
+def produce(url: str, worker: int, barrier: Any, results: Any) -> None:
+    """Child process: send RECORDS keyed records, report (value, partition, offset) of each."""
+    try:
+        wh = Warehouse(url)
+        producer = Producer(wh, enable_idempotence=True, batch_size=300, linger_ms=1)
+        producer.partitions_for("t")  # load the table before the race starts
+        barrier.wait(timeout=60)
+        futures = []
+        for i in range(RECORDS):
+            value = f"w{worker}-r{i}".encode()
+            futures.append((value, producer.send("t", value=value, key=value)))
+            if i % FLUSH_EVERY == FLUSH_EVERY - 1:
+                producer.flush()  # many small commits, so the processes keep colliding
+        producer.flush()
+        acked = [(v, f.result(timeout=60)) for v, f in futures]
+        table = producer._table("t")
+        # Versions this process wrote (its appends, or group-commit rounds), and the races
+        # it lost (a lost race, or an append handed to another writer's round).
+        followed = table.group_commit.stats["followed"] if table.group_commit else 0
+        stats = (table.log.stats.commits, table.log.stats.conflicts + followed)
+        producer.close()
+        results.put((worker, [(v, md.partition, md.offset) for v, md in acked], stats, None))
+    except BaseException as e:  # reported to the parent, which fails the test with it
+        results.put((worker, [], (0, 0), repr(e)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_processes_append_exactly_once(tmp_path: pathlib.Path) -> None:
+    url = f"file://{tmp_path}/lake"
+    Warehouse(url).create_table("t", partitions=PARTITIONS)
+    reports = run_workers(produce, [(url, w) for w in range(PROCESSES)])
+    assert [err for _, _, _, err in reports if err] == []
+
+    acked: dict[bytes, tuple[int, int]] = {}
+    commits = conflicts = 0
+    for _, records, (c, x), _ in reports:
+        commits += c
+        conflicts += x
+        for value, partition, offset in records:
+            assert value not in acked
+            acked[value] = (partition, offset)
+            assert partition == partition_for_key(value, PARTITIONS)
+    assert len(acked) == PROCESSES * RECORDS
+    assert conflicts > 0  # the processes really raced for versions
+
+    wh = Warehouse(url)
+    desc = wh.table("t").describe()
+    got = read_all(wh, "t", range(PARTITIONS), "read_uncommitted")
+    assert got == read_all(wh, "t", range(PARTITIONS), "read_committed")
+    seen: dict[bytes, tuple[int, int]] = {}
+    for p in range(PARTITIONS):
+        hw = desc.partitions[p].high_watermark
+        assert desc.partitions[p].last_stable_offset == hw
+        assert [offset for offset, _ in got[p]] == list(range(hw))  # dense, no markers
+        for offset, value in got[p]:
+            assert value is not None and value not in seen
+            seen[value] = (p, offset)
+    assert seen == acked  # every acknowledged record exactly once, exactly where acked
+    # Many small appends (a segment per partition per flush) …
+    assert sum(p.segments for p in desc.partitions) >= PROCESSES * RECORDS // FLUSH_EVERY
+    # … and every version was written by one of the processes.
+    assert desc.version == commits

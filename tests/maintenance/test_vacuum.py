@@ -1,0 +1,90 @@
+"""Vacuum deletes only unreferenced segment files older than the retention period."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from txntable import Producer, Warehouse
+from txntable.errors import InvalidConfigurationError
+from txntable.layout import (
+    new_segment_name,
+    segment_created_ms,
+)
+from txntable.maintenance.vacuum import (
+    RETENTION_MS_MIN,
+    vacuum,
+)
+from txntable.protocol.actions import Batch
+from txntable.txn.coordinator import TransactionCoordinator, TxnState
+from txntable.util import now_ms
+
+HOUR = 3600 * 1000
+
+
+def test_segment_names_carry_their_creation_time() -> None:
+    before = now_ms()
+    name = new_segment_name("job1-")
+    assert name.startswith("job1-") and name.endswith(".parquet")
+    created = segment_created_ms(f"t/data/0/{name}")
+    assert created is not None and before <= created <= now_ms()
+    assert segment_created_ms("t/data/0/0123456789abcdef0123456789abcdef.parquet") is None
+    assert segment_created_ms("t/data/0/notes.txt") is None
+
+
+def test_vacuum_deletes_only_old_unreferenced_files(tmp_path: pathlib.Path) -> None:
+    wh = Warehouse(tmp_path.as_uri())
+    table = wh.create_table("t", partitions=1)
+    with Producer(wh) as p:
+        p.send("t", value=b"kept", partition=0).result()
+    (committed,) = [e.path for e in table.snapshot().partition(0).entries]
+    old = now_ms() - 10 * HOUR
+    orphan = f"t/data/0/{old:013d}-{'a' * 32}.parquet"
+    young = table.segment_key(0, new_segment_name())
+    undated = "t/data/0/legacy.parquet"
+    for key in (orphan, young, undated):
+        wh.store.put_data_file(key, b"not committed")
+
+    with pytest.raises(InvalidConfigurationError):
+        vacuum(table, retention_ms=RETENTION_MS_MIN - 1)
+    dry = vacuum(table, retention_ms=2 * HOUR, dry_run=True)
+    assert dry.deleted == [orphan] and dry.undated == [undated]
+    assert wh.store.exists(orphan)
+
+    # Even far in the future, a committed segment is never deleted.
+    report = vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    assert sorted(report.deleted) == sorted([orphan, young])
+    assert not wh.store.exists(orphan) and not wh.store.exists(young)
+    assert wh.store.exists(committed) and wh.store.exists(undated)
+    assert table.vacuum(retention_ms=2 * HOUR).deleted == []
+
+
+def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wh = Warehouse(tmp_path.as_uri())
+    table = wh.create_table("t", partitions=1)
+    p = Producer(wh, transactional_id="tx", linger_ms=60_000)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"prepared", partition=0)
+    # The producer dies right after the short path's PrepareCommit (intent in the object).
+    monkeypatch.setattr(
+        TransactionCoordinator,
+        "complete",
+        lambda self, meta, etag, results=None: (_ for _ in ()).throw(
+            SystemExit("crash after PrepareCommit")
+        ),
+    )
+    with pytest.raises(SystemExit):
+        p.commit_transaction()
+    monkeypatch.undo()
+    meta, _ = TransactionCoordinator(wh.store).load("tx")  # type: ignore[misc]
+    assert meta.state is TxnState.PREPARE_COMMIT
+    (pending,) = meta.intent["t"]
+    report = vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    assert report.deleted == [] and wh.store.exists(pending.path)
+    assert wh.recover().committed == ["tx"]
+    first = table.snapshot().partition(0).entries[0]
+    assert isinstance(first, Batch) and first.path == pending.path

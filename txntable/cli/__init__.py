@@ -1,0 +1,1 @@
+"""The ``txntable`` console script (one module for now: main)."""

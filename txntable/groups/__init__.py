@@ -1,0 +1,3 @@
+"""Consumer groups: committed offsets, membership state (pure), assignors and the subscribing
+member.
+"""

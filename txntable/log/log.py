@@ -1,0 +1,636 @@
+"""A commit log on a store: versions, checkpoints, incremental refresh and the commit loop.
+
+Version ``N`` of the log rooted at ``<root>`` is the object ``<root>/_log/<N:020d>.json``,
+created with ``put_if_absent``: the writer that creates it has committed. A loser refreshes
+(reads only the versions it has not seen), rebuilds its actions against the new state, and
+retries with jittered, bounded backoff. The same machinery serves tables and group offset
+logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from txntable import config, layout
+from txntable.errors import (
+    CommitConflictError,
+    CorruptLogError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    StorageError,
+    TransientStorageError,
+    TxnTableError,
+    VersionNotAvailableError,
+    VersionNotFoundError,
+)
+from txntable.layout import (
+    CHECKPOINT_NAME,
+    CHECKPOINT_PART_NAME,
+    LAST_CHECKPOINT,
+    LOG_DIR,
+    VERSION_NAME,
+)
+from txntable.protocol.actions import (
+    MAINTENANCE_PROTOCOL_VERSION,
+    Action,
+    CommitInfo,
+    CommitPlan,
+    PartitionStart,
+    Protocol,
+    check_protocol,
+    decode_actions,
+    encode_actions,
+    loads_strict,
+)
+from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
+from txntable.storage.base import Store
+from txntable.util import now_ms
+
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogListing:
+    """What a LIST of a log directory holds: version and checkpoint numbers, ascending.
+
+    ``checkpoints`` holds the versions with a complete checkpoint (a single file, or every
+    part of a multi-part one); ``parts`` their part count (the largest complete set; 1 for a
+    single file).
+    """
+
+    versions: list[int]
+    checkpoints: list[int]
+    parts: dict[int, int] = field(default_factory=dict)
+
+    def above(self, version: int) -> LogListing:
+        """The part of the listing above ``version``."""
+        return LogListing(
+            [v for v in self.versions if v > version],
+            [c for c in self.checkpoints if c > version],
+            {c: n for c, n in self.parts.items() if c > version},
+        )
+
+    def parts_of(self, version: int) -> int:
+        """Part count of the checkpoint at ``version`` (1 if it is a single file)."""
+        return self.parts.get(version, 1)
+
+
+def find_gap(tip: int, listing: LogListing) -> tuple[int, str] | None:
+    """The first missing version above ``tip`` that a listing proves is missing (pure).
+
+    Versions are only ever created in order (version ``N+1`` by a writer that read ``N``),
+    and a checkpoint only for a committed version, so a listed version or checkpoint above
+    ``tip + k`` while ``tip + k`` is not listed means ``tip + k`` existed and was deleted.
+
+    Returns:
+        ``None``, or the missing version and what proves it (``"version 9"``, ``"checkpoint
+        9"``).
+    """
+    above = listing.above(tip)
+    newest = max(above.versions + above.checkpoints, default=None)
+    if newest is None:
+        return None
+    present = set(above.versions)
+    missing = tip + 1
+    while missing in present:
+        missing += 1
+    if missing > newest:
+        return None
+    if max(above.versions, default=-1) > missing:
+        return missing, f"version {max(above.versions)}"
+    return missing, f"checkpoint {max(above.checkpoints)}"
+
+
+@dataclass
+class CommitStats:
+    """Counters a writer can inspect (attempts lost to other writers, ambiguous puts)."""
+
+    conflicts: int = 0
+    ambiguous: int = 0
+    commits: int = 0
+
+
+#: Versions a handle that is far behind reads at once (:meth:`Log.catch_up`).
+CATCH_UP_READS = 16
+
+#: Actions per checkpoint part: a larger state is written in several parts.
+CHECKPOINT_PART_ACTIONS = 50_000
+
+#: Amortised budget of a commit: entries a checkpoint may re-encode per committed version.
+CHECKPOINT_ENTRIES_PER_VERSION = 100
+
+#: How far above a missing version a cold load on a store without an ordered listing probes
+#: for later versions (at doubling distances: about 40 existence checks).
+TIP_PROBE_SPAN = 1 << 40
+
+
+def tip_probes(tip: int, span: int = TIP_PROBE_SPAN) -> list[int]:
+    """Versions a bounded tip check looks for when ``tip + 1`` is missing (pure).
+
+    ``tip + 1 + 2**k`` for ``k = 0, 1, …`` up to ``span``: if versions ``tip + 1 … tip + h``
+    were deleted and at least ``h - 1`` versions follow them, one of these exists (a power
+    of two lies in every ``[x, 2x]``). A single deleted version is found if any follows it.
+    """
+    out = []
+    step = 1
+    while step <= span:
+        out.append(tip + 1 + step)
+        step *= 2
+    return out
+
+
+def checkpoint_due(version: int, interval: int, num_entries: int) -> bool:
+    """Whether the writer of ``version`` writes a checkpoint (pure; every writer agrees).
+
+    A checkpoint re-encodes the whole state (``num_entries`` batches and markers), so at a
+    fixed interval its cost per commit would grow with the table. The spacing starts at
+    ``interval`` and doubles while the state exceeds ``CHECKPOINT_ENTRIES_PER_VERSION``
+    entries per version of spacing: the amortised cost per commit stays bounded, and a
+    cold load replays a tail shorter than ``2 * num_entries / 100`` versions.
+    """
+    if interval <= 0 or version <= 0:
+        return False
+    spacing = interval
+    while num_entries > spacing * CHECKPOINT_ENTRIES_PER_VERSION:
+        spacing *= 2
+    return version % spacing == 0
+
+
+class Log:
+    """The commit log rooted at ``root`` (a table name, or ``_groups/<group>``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        root: str,
+        checkpoint_interval: int = config.CHECKPOINT_INTERVAL_DEFAULT,
+        max_attempts: int = config.COMMIT_MAX_ATTEMPTS_DEFAULT,
+        backoff_ms: int = config.COMMIT_BACKOFF_MS_DEFAULT,
+        backoff_max_ms: int = config.COMMIT_BACKOFF_MAX_MS_DEFAULT,
+        gap_check_interval_ms: int = config.LOG_GAP_CHECK_INTERVAL_MS_DEFAULT,
+    ) -> None:
+        self.store = store
+        self.root = root
+        self.checkpoint_interval = checkpoint_interval
+        self.max_attempts = max_attempts
+        self.backoff_ms = backoff_ms
+        self.backoff_max_ms = backoff_max_ms
+        #: How often a handle that keeps refreshing (or committing) lists the log to make
+        #: sure the version its probe stopped at is really the newest (see ``check_tip``).
+        self.gap_check_interval_ms = gap_check_interval_ms
+        self._gap_checked_at: float | None = None
+        #: When this handle last listed the log above its tip (a full check); a bounded
+        #: probe (:meth:`probe_tip`) counts for readers, not before a write.
+        self._listed_at: float | None = None
+        self.stats = CommitStats()
+        self.checkpoint_part_actions = CHECKPOINT_PART_ACTIONS
+        self._lock = threading.Lock()
+
+    # --- keys -----------------------------------------------------------------------------
+
+    def version_key(self, version: int) -> str:
+        """Key of log version ``version``."""
+        return layout.version_key(self.root, version)
+
+    def checkpoint_key(self, version: int, part: int = 1, parts: int = 1) -> str:
+        """Key of part ``part`` of ``parts`` of the checkpoint at ``version``."""
+        return layout.checkpoint_key(self.root, version, part, parts)
+
+    @property
+    def last_checkpoint_key(self) -> str:
+        """Key of the last-checkpoint hint."""
+        return f"{self.root}/{LOG_DIR}/{LAST_CHECKPOINT}"
+
+    # --- reading --------------------------------------------------------------------------
+
+    def read_version(self, version: int) -> list[Action] | None:
+        """Read and decode one version, or ``None`` if it does not exist yet."""
+        key = self.version_key(version)
+        try:
+            data = self.store.get(key).data
+        except ObjectNotFoundError:
+            return None
+        return decode_actions(data, key)
+
+    def exists(self) -> bool:
+        """Whether version 0 exists (maintenance never deletes it)."""
+        return self.store.head(self.version_key(0)) is not None
+
+    def _checkpoint_hint(self) -> tuple[int, int] | None:
+        try:
+            hint = loads_strict(self.store.get(self.last_checkpoint_key).data)
+            version = hint["version"]
+            parts = hint.get("parts", 1)
+        except ObjectNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # a hint is never trusted blindly: fall back to listing
+        if not (isinstance(version, int) and version >= 0 and isinstance(parts, int)):
+            return None
+        return (version, parts) if parts >= 1 else None
+
+    def listing(self, after: int | None = None) -> LogListing:
+        """Version and checkpoint numbers in the log directory (one LIST).
+
+        Without ``after`` this is O(log length) (maintenance, cold start without a hint).
+        With ``after``, the listing starts after version ``after``'s key, so in a healthy
+        log it returns only what is newer: its size does not grow with the history. Names
+        that are neither (``_last_checkpoint``, strays) are ignored.
+        """
+        prefix = f"{self.root}/{LOG_DIR}/"
+        start = None if after is None else self.version_key(after)
+        versions: list[int] = []
+        parts: dict[int, int] = {}
+        multipart: dict[tuple[int, int], set[int]] = {}
+        for key in self.store.list(prefix, start_after=start):
+            name = key[len(prefix) :]
+            if match := VERSION_NAME.fullmatch(name):
+                versions.append(int(match.group(1)))
+            elif match := CHECKPOINT_NAME.fullmatch(name):
+                parts.setdefault(int(match.group(1)), 1)
+            elif match := CHECKPOINT_PART_NAME.fullmatch(name):
+                v, i, n = (int(g) for g in match.groups())
+                multipart.setdefault((v, n), set()).add(i)
+        for (v, n), found in multipart.items():
+            if found == set(range(1, n + 1)):
+                parts[v] = max(parts.get(v, 1), n)
+        return LogListing(sorted(versions), sorted(parts), parts)
+
+    def read_checkpoint(self, version: int, parts: int = 1) -> TableSnapshot | None:
+        """Load the checkpoint at ``version`` (``None`` if it is missing or a v1 stub).
+
+        Raises:
+            CorruptLogError: If a part is damaged or the state is inconsistent.
+        """
+        keys = [self.checkpoint_key(version, i, parts) for i in range(1, parts + 1)]
+        try:
+            if parts == 1:
+                datas = [self.store.get(keys[0]).data]
+            else:
+                # Parts are independent objects: fetch them concurrently (latency-bound).
+                with ThreadPoolExecutor(min(parts, 8)) as pool:
+                    datas = [r.data for r in pool.map(self.store.get, keys)]
+        except ObjectNotFoundError:
+            return None
+        actions: list[Action] = []
+        for key, data in zip(keys, datas, strict=True):
+            actions.extend(decode_actions(data, key))
+        state = any(isinstance(a, PartitionStart) for a in actions[:3])
+        if not state and parts == 1:
+            first = actions[0]
+            stub = isinstance(first, Protocol) and (
+                first.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+            )
+            if stub:
+                return None  # a stub telling v1 readers to refuse a multi-part checkpoint
+        return load_checkpoint(version, actions, keys[0], state=state)
+
+    def _checkpoint_candidates(
+        self, version: int | None, listed: list[LogListing]
+    ) -> Iterator[tuple[int, int]]:
+        hint = self._checkpoint_hint()
+        if hint is not None and (version is None or hint[0] <= version):
+            yield hint
+        # The hint is missing, stale, dangling or damaged: list (costs O(log length) once).
+        # The listing is kept: the load checks its tip against it instead of listing again.
+        listing = self.listing()
+        listed.append(listing)
+        for cp in sorted(listing.checkpoints, reverse=True):
+            candidate = (cp, listing.parts_of(cp))
+            if candidate != hint and (version is None or cp <= version):
+                yield candidate
+
+    def load(self, version: int | None = None) -> TableSnapshot:
+        """Load the snapshot at ``version`` (latest if ``None``): checkpoint, then the tail.
+
+        A damaged checkpoint is skipped with a warning: checkpoints are derived data and the
+        log versions stay the source of truth. Where the tail ends the log is listed once
+        (see :meth:`check_tip`), so a deleted version is never mistaken for the end — on a
+        store whose listing reads the whole directory (local disk), a bounded probe
+        (:meth:`probe_tip`) instead, so the load stays O(live state) however long the log.
+
+        Raises:
+            ObjectNotFoundError: If the log has no version 0 (no such table).
+            CorruptLogError: If a log version is damaged or missing, or the log is truncated
+                and no checkpoint that covers it is readable.
+            VersionNotFoundError: If ``version`` is beyond the newest version, or negative.
+            VersionNotAvailableError: If ``version`` is older than log cleanup kept.
+        """
+        if version is not None and version < 0:
+            raise self._version_not_found(version)
+        snap: TableSnapshot | None = None
+        listed: list[LogListing] = []
+        for cp, parts in self._checkpoint_candidates(version, listed):
+            try:
+                snap = self.read_checkpoint(cp, parts)
+            except CorruptLogError as e:
+                _log.warning("skipping damaged checkpoint: %s", e)
+                continue
+            if snap is not None:
+                break
+        if snap is None:
+            snap = TableSnapshot()
+            actions = self.read_version(0)
+            if actions is None:
+                raise ObjectNotFoundError(self.version_key(0))
+            snap.apply(0, actions, self.version_key(0))
+            if version != 0:
+                self._check_not_truncated(listed, version)
+        self._probe(snap, up_to=version)
+        if version is None or snap.version < version:
+            if listed or self.store.ordered_listing:
+                self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
+            else:
+                self.probe_tip(snap, up_to=version)
+        if version is not None and snap.version != version:
+            raise self._version_not_found(version, snap.version)
+        return snap
+
+    def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
+        """Replay from version 0 needs version 1 onwards: refuse a truncated log."""
+        listing = listed[0] if listed else self.listing()
+        later = [v for v in listing.versions if v > 0]
+        if later and later[0] > 1:
+            earliest = min(listing.checkpoints, default=later[0])
+            if version is not None and version < earliest:
+                raise VersionNotAvailableError(version, earliest)
+            raise CorruptLogError(
+                f"log truncated before version {later[0]} and no checkpoint covering it is "
+                "readable",
+                self.root,
+            )
+
+    def _version_not_found(self, version: int, newest: int | None = None) -> VersionNotFoundError:
+        if newest is None:
+            try:
+                newest = self.load().version
+            except TxnTableError:
+                newest = None
+        available = "none" if newest is None else f"[0, {newest}]"
+        return VersionNotFoundError(
+            f"{self.root}: cannot time travel to version {version}; available versions: {available}"
+        )
+
+    def refresh(self, snap: TableSnapshot, up_to: int | None = None) -> int:
+        """Apply versions newer than ``snap.version`` in place; return how many.
+
+        Probes ``version + 1``, ``version + 2``, … until one is missing, so a refresh costs
+        one request per new version plus one, whatever the length of the history. At most
+        once per ``gap_check_interval_ms`` the miss is confirmed by :meth:`check_tip`.
+
+        Raises:
+            CorruptLogError: A version is damaged, or a check found one missing.
+        """
+        applied = self._probe(snap, up_to)
+        if (up_to is None or snap.version < up_to) and self._gap_check_due():
+            applied += self.check_tip(snap, up_to)
+        return applied
+
+    def catch_up(self, snap: TableSnapshot, known: int) -> int:
+        """Apply versions up to ``known``, a version known to exist, reading them
+        concurrently (a handle that fell far behind pays one round trip per
+        ``CATCH_UP_READS`` versions, not one per version); then refresh as usual.
+
+        Raises:
+            CorruptLogError: A version is damaged, or missing below ``known``.
+        """
+        applied = 0
+        while snap.version < known:
+            first = snap.version + 1
+            wanted = list(range(first, min(known, first + CATCH_UP_READS - 1) + 1))
+            if len(wanted) == 1:
+                break
+            with ThreadPoolExecutor(len(wanted)) as pool:
+                read = list(pool.map(self.read_version, wanted))
+            for version, actions in zip(wanted, read, strict=True):
+                if actions is None:
+                    if self.check_tip(snap) == 0:  # a hole below a version known to exist
+                        raise CorruptLogError(
+                            f"{self.root}: log version {version} is missing below {known}",
+                            self.version_key(version),
+                        )
+                    break
+                snap.apply(version, actions, self.version_key(version))
+                applied += 1
+        return applied + self.refresh(snap)
+
+    def _probe(self, snap: TableSnapshot, up_to: int | None = None) -> int:
+        applied = 0
+        while up_to is None or snap.version < up_to:
+            nxt = snap.version + 1
+            actions = self.read_version(nxt)
+            if actions is None:
+                break
+            snap.apply(nxt, actions, self.version_key(nxt))
+            applied += 1
+        return applied
+
+    def _gap_check_due(self, listed: bool = False) -> bool:
+        """Whether a gap check is due: any check for a reader, a listing (``listed``) for a
+        writer, which must never create a version inside a hole."""
+        last = self._listed_at if listed else self._gap_checked_at
+        if last is None:
+            return True
+        return (time.monotonic() - last) * 1000 >= self.gap_check_interval_ms
+
+    def probe_tip(self, snap: TableSnapshot, up_to: int | None = None) -> int:
+        """A cold load's gap check where listing costs O(directory): look, don't list.
+
+        ``snap.version + 1`` was just found missing. Checks the versions of
+        :func:`tip_probes` (about 40 existence checks, whatever the log's length): a later
+        version is evidence of a gap (or of versions committed meanwhile), settled by
+        :meth:`check_tip`'s listing. (A load whose hint was unusable has listed already.)
+        A hole longer than the log after it is not seen here; the handle lists before its
+        first write and once per ``gap_check_interval_ms``.
+
+        Returns:
+            How many versions were applied.
+
+        Raises:
+            CorruptLogError: As :meth:`check_tip`.
+        """
+        if any(self.store.exists(self.version_key(v)) for v in tip_probes(snap.version)):
+            return self.check_tip(snap, up_to)
+        self._gap_checked_at = time.monotonic()
+        return 0
+
+    def check_tip(
+        self, snap: TableSnapshot, up_to: int | None = None, listing: LogListing | None = None
+    ) -> int:
+        """Make sure no version or checkpoint exists above a missing ``snap.version + 1``.
+
+        One LIST starting after the tip (or ``listing``, a listing of the whole log taken
+        earlier by the same load). Versions that arrived since the probe are applied; a
+        version or checkpoint beyond a missing one is a gap: someone deleted a version.
+
+        Returns:
+            How many versions were applied.
+
+        Raises:
+            CorruptLogError: Naming the missing version (its ``path`` is the version's key).
+        """
+        if listing is None:
+            listing = self.listing(after=snap.version)
+        self._gap_checked_at = self._listed_at = time.monotonic()
+        gap = find_gap(snap.version, listing)
+        if gap is not None and (up_to is None or gap[0] <= up_to):
+            missing, proof = gap
+            if self.store.exists(self.version_key(missing)):
+                # A listing is not a snapshot (a local directory is read in pieces): one
+                # taken while writers commit can hold version N+1 but not N. N is there:
+                # read on, and check again above it.
+                return self._probe(snap, up_to) + self.check_tip(snap, up_to)
+            raise CorruptLogError(
+                f"{self.root}: log version {missing} is missing, but {proof} exists: a "
+                "version was deleted; restore it (or the table) from a backup",
+                self.version_key(missing),
+            )
+        if listing.above(snap.version).versions:
+            # Versions written after the probe missed them: read them now.
+            return self._probe(snap, up_to)
+        return 0
+
+    # --- writing --------------------------------------------------------------------------
+
+    def commit(
+        self,
+        snap: TableSnapshot,
+        build: Callable[[TableSnapshot], CommitPlan[T]],
+        transactional_id: str | None = None,
+    ) -> tuple[CommitPlan[T], int]:
+        """Commit the actions ``build`` makes from the newest state, retrying on conflict.
+
+        ``build`` must be a pure function of the snapshot: it is called again after every
+        lost race, against the refreshed snapshot, so validation and offset assignment
+        always happen against the version being written after. A ``TxnTableError`` from
+        ``build`` is raised only once the snapshot is confirmed newest (by a refresh), so a
+        stale handle never refuses what the current table allows.
+
+        Returns:
+            The plan that was committed (or needed no write) and the version it is in
+            (``snap.version`` when nothing was written).
+
+        Raises:
+            CommitConflictError: If ``max_attempts`` attempts all lost the race.
+        """
+        commit_id = uuid.uuid4().hex
+        if snap.protocol is not None:
+            check_protocol(snap.protocol, write=True)
+        for attempt in range(self.max_attempts):
+            try:
+                plan = build(snap)
+            except TxnTableError:
+                # The attempt starts from a snapshot that may be stale (optimistic): a plan
+                # refused by validation is only final against the newest version.
+                if self.refresh(snap):
+                    continue
+                raise
+            if not plan.actions:
+                # "Nothing to write" (all duplicates, markers already written) is only a
+                # valid conclusion against the newest version: a stale snapshot would not
+                # conflict on anything, so confirm by refreshing first.
+                if self.refresh(snap):
+                    continue
+                return plan, snap.version
+            info = CommitInfo(now_ms(), plan.operation, commit_id, transactionalId=transactional_id)
+            if self.try_put(snap, [*plan.actions, info]):
+                return plan, snap.version
+            self._backoff(attempt)
+        raise CommitConflictError(
+            f"{self.root}: gave up after {self.max_attempts} attempts to commit version "
+            f"{snap.version + 1}"
+        )
+
+    def try_put(self, snap: TableSnapshot, actions: list[Action]) -> bool:
+        """One attempt to write ``actions`` as the version after ``snap`` (put-if-absent).
+
+        ``actions`` end with a ``commitInfo`` whose ``commitId`` is unique to the commit. On
+        success they are applied to ``snap`` (and a checkpoint written when due); when
+        another writer won the version, ``snap`` is refreshed and the result is ``False``.
+        An ambiguous put is resolved by reading the version back, never by writing again.
+
+        Raises:
+            CorruptLogError: A version is missing below the tip (never fill a gap).
+            TransientStorageError: The read-back of an ambiguous put failed too.
+        """
+        info = actions[-1]
+        assert isinstance(info, CommitInfo)
+        if self._gap_check_due(listed=True) and self.check_tip(snap):
+            # Never write version N+1 into a hole left by a deleted version (the versions
+            # after it would join the log behind a different N+1). Versions that arrived
+            # meanwhile were applied: the actions were planned before them, plan again.
+            return False
+        version = snap.version + 1
+        key = self.version_key(version)
+        try:
+            self.store.put_if_absent(key, encode_actions(actions))
+        except ObjectExistsError:
+            self.stats.conflicts += 1
+            self.refresh(snap)
+            return False
+        except (TransientStorageError, OSError):
+            # The put may or may not have landed: read back, never write blindly again.
+            self.stats.ambiguous += 1
+            written = self.read_version(version)
+            if written is None:
+                return False
+            if not any(
+                isinstance(a, CommitInfo) and a.commitId == info.commitId for a in written
+            ):
+                self.stats.conflicts += 1
+                self.refresh(snap)
+                return False
+        snap.apply(version, actions, key)
+        self.stats.commits += 1
+        self._maybe_checkpoint(snap)
+        return True
+
+    def _backoff(self, attempt: int) -> None:
+        ceiling = min(self.backoff_max_ms, self.backoff_ms * (2 ** min(attempt, 10)))
+        time.sleep(random.uniform(0, ceiling) / 1000)
+
+    def _maybe_checkpoint(self, snap: TableSnapshot) -> None:
+        entries = sum(len(p.entries) for p in snap.partitions)
+        if checkpoint_due(snap.version, self.checkpoint_interval, entries):
+            self.write_checkpoint(snap)
+
+    def write_checkpoint(self, snap: TableSnapshot, strict: bool = False) -> bool:
+        """Write the checkpoint of ``snap`` and point the hint at it; return whether it landed.
+
+        A large state is split into parts of at most ``checkpoint_part_actions`` actions. A
+        checkpoint is an optimisation: the log versions stay the source of truth, so a
+        failure here (after the commit it follows has landed) is logged, not raised, and
+        costs only a longer replay later — unless ``strict`` (an explicit request to
+        checkpoint, which must say when it failed).
+        """
+        actions = checkpoint_actions(snap)
+        size = max(1, self.checkpoint_part_actions)
+        chunks = [actions[i : i + size] for i in range(0, len(actions), size)]
+        parts = len(chunks)
+        try:
+            for i, chunk in enumerate(chunks, 1):
+                self.store.put(self.checkpoint_key(snap.version, i, parts), encode_actions(chunk))
+            assert snap.protocol is not None
+            if parts > 1 and snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
+                # v1 readers only know single-file checkpoints: give them one that holds the
+                # protocol, so they refuse the table instead of replaying a truncated log.
+                stub = encode_actions([snap.protocol, *actions[1:2]])
+                self.store.put(self.checkpoint_key(snap.version), stub)
+            hint = {"version": snap.version, "parts": parts, "size": len(actions)}
+            self.store.put(self.last_checkpoint_key, json.dumps(hint).encode())
+        except (StorageError, OSError) as e:
+            if strict:
+                raise
+            _log.warning("checkpoint %s@%d not written: %s", self.root, snap.version, e)
+            return False
+        return True

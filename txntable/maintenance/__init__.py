@@ -1,0 +1,3 @@
+"""Table maintenance, one module per operation: merge, retention, vacuum, verify, and the
+scheduler.
+"""

@@ -1,0 +1,1 @@
+"""The producer client: accumulator, send futures, partitioner and its transaction state machine."""

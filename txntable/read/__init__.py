@@ -1,0 +1,1 @@
+"""Reading: planning which segment slices a read needs (pure), and reading them from the store."""

@@ -1,0 +1,1 @@
+"""Transactions across tables: the coordinator object and recovery of stuck transactions."""

@@ -1,0 +1,649 @@
+"""The transaction coordinator without a server: one CAS object per transactional id.
+
+``_coordinator/txn/<transactional_id>.json`` holds Kafka's ``TransactionMetadata``; every
+state change is a ``put_if_match`` on it, so exactly one of any number of racing clients
+wins each transition and a producer whose epoch is behind is refused (fenced) at the CAS.
+Producer ids come from a block allocator, ``_coordinator/producer_ids.json``, also by CAS.
+
+Completing a transaction (writing markers to every participant, then the Complete state)
+is a function any client can run: the CAS to PrepareCommit/PrepareAbort is the decision,
+and markers are idempotent, so a crashed producer's transaction is finished by whoever
+notices it first.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from txntable import config
+from txntable.errors import (
+    CorruptLogError,
+    InvalidPathError,
+    InvalidTxnStateError,
+    PreconditionFailedError,
+    ProducerFencedError,
+    TransientStorageError,
+    UnsupportedProtocolError,
+)
+from txntable.layout import (
+    GROUPS_DIR,
+    PRODUCER_IDS_KEY,
+    TXN_DIR,
+    txn_key,
+)
+from txntable.protocol.actions import loads_strict
+from txntable.protocol.append import AppendResult, PendingBatch, PendingMarker
+from txntable.storage.base import Store
+from txntable.storage.cas import load_object, put_cas
+from txntable.table import Table
+from txntable.util import now_ms
+
+TXN_STATE_VERSION = 1
+PRODUCER_IDS_VERSION = 1
+#: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
+MAX_PRODUCER_EPOCH = 32767
+
+
+class TxnState(enum.Enum):
+    """Coordinator-side transaction states (Kafka's ``TransactionState``)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+    DEAD = "Dead"
+
+
+S = TxnState
+#: Legal previous states of each state (Kafka's ``TransactionState.validPreviousStates``).
+VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
+    S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    # From a complete state only with an intent: the short path commits data and markers in
+    # one log version per table, so the decision comes before anything is in the log.
+    S.PREPARE_COMMIT: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+    S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+}
+
+
+@dataclass(frozen=True)
+class TxnMetadata:
+    """The coordinator object of one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: TxnState
+    timeout_ms: int
+    partitions: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    txn_start_timestamp: int = -1
+    last_update_timestamp: int = 0
+    last_producer_id: int = -1
+    last_producer_epoch: int = -1
+    #: Short path only: per table, the segments to commit with the markers (so any client
+    #: can finish the transaction from the coordinator object alone).
+    intent: dict[str, tuple[PendingBatch, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        """Encode the object.
+
+        Every write carries a fresh ``writeId``: two writes never have equal bytes, so an
+        etag (an MD5 of the bytes on local disk and S3) never repeats (no ABA for the CAS),
+        and reading back an ambiguous write recognises exactly our own bytes.
+        """
+        return json.dumps(
+            {
+                "version": TXN_STATE_VERSION,
+                "transactionalId": self.transactional_id,
+                "producerId": self.producer_id,
+                "producerEpoch": self.producer_epoch,
+                "lastProducerId": self.last_producer_id,
+                "lastProducerEpoch": self.last_producer_epoch,
+                "state": self.state.value,
+                "txnTimeoutMs": self.timeout_ms,
+                "partitions": {t: list(ps) for t, ps in sorted(self.partitions.items())},
+                "txnStartTimestamp": self.txn_start_timestamp,
+                "lastUpdateTimestamp": self.last_update_timestamp,
+                "intent": {
+                    t: [_pending_to_json(b) for b in batches]
+                    for t, batches in sorted(self.intent.items())
+                },
+                "writeId": uuid.uuid4().hex,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    @staticmethod
+    def from_json(data: bytes, path: str) -> TxnMetadata:
+        """Decode the object, strictly.
+
+        Raises:
+            CorruptLogError: If it is not a valid coordinator object.
+            UnsupportedProtocolError: If it was written by a newer protocol version.
+        """
+        try:
+            obj = loads_strict(data)
+        except (ValueError, UnicodeDecodeError):
+            raise CorruptLogError("coordinator object is not valid JSON", path) from None
+        if not isinstance(obj, dict):
+            raise CorruptLogError("coordinator object is not a JSON object", path)
+        version = _field(obj, "version", int, path)
+        if version > TXN_STATE_VERSION:
+            raise UnsupportedProtocolError(
+                f"coordinator object version {version} is newer than {TXN_STATE_VERSION} ({path})"
+            )
+        try:
+            state = TxnState(_field(obj, "state", str, path))
+        except ValueError:
+            raise CorruptLogError(f"unknown coordinator state {obj['state']!r}", path) from None
+        partitions = _field(obj, "partitions", dict, path)
+        intent = obj.get("intent", {})
+        if not isinstance(intent, dict):
+            raise CorruptLogError("coordinator field intent is not an object", path)
+        try:
+            return TxnMetadata(
+                transactional_id=_field(obj, "transactionalId", str, path),
+                producer_id=_field(obj, "producerId", int, path),
+                producer_epoch=_field(obj, "producerEpoch", int, path),
+                state=state,
+                timeout_ms=_field(obj, "txnTimeoutMs", int, path),
+                partitions={
+                    str(t): tuple(_checked(p, int, f"partitions.{t}", path) for p in ps)
+                    for t, ps in partitions.items()
+                },
+                txn_start_timestamp=_field(obj, "txnStartTimestamp", int, path),
+                last_update_timestamp=_field(obj, "lastUpdateTimestamp", int, path),
+                last_producer_id=_field(obj, "lastProducerId", int, path),
+                last_producer_epoch=_field(obj, "lastProducerEpoch", int, path),
+                intent={
+                    str(t): tuple(
+                        _pending_from_json(b, path, _field(obj, "transactionalId", str, path))
+                        for b in batches
+                    )
+                    for t, batches in intent.items()
+                },
+            )
+        except TypeError as e:  # a list where an object belongs, and the like
+            raise CorruptLogError(f"invalid coordinator object ({e})", path) from None
+
+    def transition(self, to: TxnState, **changes: Any) -> TxnMetadata:
+        """A copy in state ``to``; raises if Kafka's state machine forbids the move.
+
+        Raises:
+            InvalidTxnStateError: If ``to`` cannot follow the current state.
+        """
+        if self.state not in VALID_PREVIOUS_STATES[to]:
+            raise InvalidTxnStateError(
+                f"transactional id {self.transactional_id}: cannot move from "
+                f"{self.state.value} to {to.value}"
+            )
+        return replace(self, state=to, last_update_timestamp=now_ms(), **changes)
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id's coordinator object, or why it could not be read."""
+
+    transactional_id: str
+    metadata: TxnMetadata | None
+    error: str | None = None
+
+
+_PENDING_FIELDS = {
+    "partition": ("partition", int),
+    "path": ("path", str),
+    "count": ("count", int),
+    "size": ("size", int),
+    "producerId": ("producer_id", int),
+    "producerEpoch": ("producer_epoch", int),
+    "baseSequence": ("base_sequence", int),
+    "transactional": ("transactional", bool),
+    "minTimestamp": ("min_timestamp", int),
+    "maxTimestamp": ("max_timestamp", int),
+}
+
+
+def _checked(value: Any, kind: type, name: str, path: str) -> Any:
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not ok:
+        raise CorruptLogError(f"coordinator field {name} has invalid value {value!r}", path)
+    return value
+
+
+def _field(obj: dict[str, Any], name: str, kind: type, path: str) -> Any:
+    if name not in obj:
+        raise CorruptLogError(f"coordinator object misses field {name}", path)
+    return _checked(obj[name], kind, name, path)
+
+
+def _pending_to_json(batch: PendingBatch) -> dict[str, Any]:
+    body = asdict(batch)
+    return {camel: body[snake] for camel, (snake, _) in _PENDING_FIELDS.items()}
+
+
+def _pending_from_json(obj: Any, path: str, transactional_id: str) -> PendingBatch:
+    if not isinstance(obj, dict):
+        raise CorruptLogError("coordinator intent entry is not an object", path)
+    values = {
+        snake: _field(obj, camel, kind, path) for camel, (snake, kind) in _PENDING_FIELDS.items()
+    }
+    return PendingBatch(**values, transactional_id=transactional_id)
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids from blocks reserved by CAS on ``producer_ids.json``."""
+
+    def __init__(self, store: Store, block_size: int = config.PRODUCER_ID_BLOCK_SIZE_DEFAULT):
+        self.store = store
+        self.block_size = block_size
+        self._next = 0
+        self._end = 0
+        self._lock = threading.Lock()
+
+    def allocate(self) -> int:
+        """A producer id never handed out before in this warehouse."""
+        with self._lock:
+            if self._next >= self._end:
+                self._next, self._end = self._reserve_block()
+            pid = self._next
+            self._next += 1
+            return pid
+
+    def _reserve_block(self) -> tuple[int, int]:
+        for _ in range(1000):
+            obj = load_object(self.store, PRODUCER_IDS_KEY)
+            start = 0 if obj is None else self._parse(obj.data)
+            # A fresh writeId makes our bytes unique, so an ambiguous write is recognised.
+            body = json.dumps(
+                {
+                    "version": PRODUCER_IDS_VERSION,
+                    "nextBlockStart": start + self.block_size,
+                    "writeId": uuid.uuid4().hex,
+                },
+                separators=(",", ":"),
+                sort_keys=True,
+            ).encode()
+            try:
+                put_cas(self.store, PRODUCER_IDS_KEY, body, None if obj is None else obj.etag)
+                return start, start + self.block_size
+            except PreconditionFailedError:
+                time.sleep(random.uniform(0, 0.01))
+            except TransientStorageError:
+                pass  # did not land (put_cas read it back): reload and try again
+        raise InvalidTxnStateError("could not reserve a producer id block after 1000 attempts")
+
+    @staticmethod
+    def _parse(data: bytes) -> int:
+        try:
+            obj = loads_strict(data)
+            version, start = obj["version"], obj["nextBlockStart"]
+        except (ValueError, KeyError, TypeError):
+            raise CorruptLogError("invalid producer id block", PRODUCER_IDS_KEY) from None
+        if not isinstance(version, int) or version > PRODUCER_IDS_VERSION:
+            raise UnsupportedProtocolError(
+                f"producer id block version {version!r} is newer than {PRODUCER_IDS_VERSION}"
+            )
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise CorruptLogError("invalid nextBlockStart", PRODUCER_IDS_KEY)
+        return start
+
+
+class TransactionCoordinator:
+    """CAS transitions of coordinator objects, and completion of prepared transactions."""
+
+    def __init__(
+        self,
+        store: Store,
+        allocator: ProducerIdAllocator | None = None,
+        table_provider: Callable[[str], Table] | None = None,
+    ) -> None:
+        self.store = store
+        self.allocator = allocator or ProducerIdAllocator(store)
+        self._table_provider = table_provider
+        self._tables: dict[str, Table] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the table handles the coordinator opened itself (group offset logs)."""
+        with self._lock:
+            tables = list(self._tables.values())
+        for table in tables:
+            table.close()
+
+    @staticmethod
+    def key(transactional_id: str) -> str:
+        """Key of the coordinator object of ``transactional_id``."""
+        return txn_key(transactional_id)
+
+    def transactional_ids(self) -> Iterator[str]:
+        """Every transactional id with a coordinator object (one LIST; maintenance only)."""
+        for key in self.store.list(TXN_DIR):
+            if key.endswith(".json"):
+                yield key[len(TXN_DIR) : -len(".json")]
+
+    def describe_all(self) -> list[TransactionListing]:
+        """Every coordinator object (Kafka's ListTransactions + DescribeTransactions).
+
+        A damaged or too new object is listed with its error; the others are still read.
+        """
+        out = []
+        for tid in self.transactional_ids():
+            try:
+                loaded = self.load(tid)
+            except (CorruptLogError, UnsupportedProtocolError, InvalidPathError) as e:
+                out.append(TransactionListing(tid, None, f"{type(e).__name__}: {e}"))
+                continue
+            if loaded is not None:
+                out.append(TransactionListing(tid, loaded[0]))
+        return out
+
+    def load(self, transactional_id: str) -> tuple[TxnMetadata, str] | None:
+        """The current object and its etag, or ``None`` if there is none."""
+        key = self.key(transactional_id)
+        obj = load_object(self.store, key)
+        if obj is None:
+            return None
+        return TxnMetadata.from_json(obj.data, key), obj.etag
+
+    def cas(self, meta: TxnMetadata, etag: str | None) -> str:
+        """Write ``meta`` if the object still has ``etag`` (``None``: if it does not exist).
+
+        Raises:
+            PreconditionFailedError: Another client changed the object first.
+            TransientStorageError: The outcome is unknown and the write did not land.
+        """
+        return put_cas(self.store, self.key(meta.transactional_id), meta.to_json(), etag)
+
+    def _table(self, name: str) -> Table:
+        if self._table_provider is not None and not name.startswith(f"{GROUPS_DIR}/"):
+            # Share the producer's incremental snapshots; a group offset log
+            # (``_groups/<g>``) is no user table, so the coordinator keeps its own handle.
+            return self._table_provider(name)
+        with self._lock:
+            if name not in self._tables:
+                self._tables[name] = Table(self.store, name)
+            return self._tables[name]
+
+    def write_markers(
+        self, meta: TxnMetadata, marker_type: str, results: dict[str, AppendResult] | None = None
+    ) -> None:
+        """Write ``marker_type`` markers for ``meta``'s transaction to every participant.
+
+        One log commit per table covers all its partitions. Markers are skipped where the
+        producer has nothing open, so running this twice writes each marker once. The
+        append of each table is reported in ``results`` (the short path's offsets).
+        """
+        assert marker_type in ("COMMIT", "ABORT")
+        for table_name, partitions in sorted(meta.partitions.items()):
+            markers = [
+                PendingMarker(p, meta.producer_id, meta.producer_epoch, marker_type)  # type: ignore[arg-type]
+                for p in partitions
+            ]
+            # Short-path data goes in the same version as its markers; if it was committed
+            # already, the sequences make it a duplicate and only missing markers are written.
+            batches = list(meta.intent.get(table_name, ())) if marker_type == "COMMIT" else []
+            result, _ = self._table(table_name).append(
+                batches, markers, transactional_id=meta.transactional_id
+            )
+            if results is not None:
+                results[table_name] = result
+
+    def _next_epoch(self, meta: TxnMetadata) -> dict[str, int]:
+        """The producer id and epoch after ``meta``'s epoch, rotating the id when exhausted."""
+        if meta.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+            # Epoch exhausted: rotate to a new producer id (Kafka's KIP-360).
+            return {"producer_id": self.allocator.allocate(), "producer_epoch": 0}
+        return {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch + 1}
+
+    def complete(
+        self, meta: TxnMetadata, etag: str, results: dict[str, AppendResult] | None = None
+    ) -> tuple[TxnMetadata, str]:
+        """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state.
+
+        The Complete state carries the next epoch (Kafka's KIP-890 bumps the epoch with every
+        transaction): the producer continues under it, so a marker of this transaction that
+        a slow completer writes late is refused once the next transaction has written, and
+        can never close it.
+
+        Raises:
+            PreconditionFailedError: Another client completed the transaction first (its CAS
+                won, or the table already refuses this epoch because the producer moved on).
+        """
+        if meta.state is TxnState.PREPARE_COMMIT:
+            marker, to = "COMMIT", TxnState.COMPLETE_COMMIT
+        elif meta.state is TxnState.PREPARE_ABORT:
+            marker, to = "ABORT", TxnState.COMPLETE_ABORT
+        else:
+            raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
+        try:
+            self.write_markers(meta, marker, results)
+        except ProducerFencedError as e:
+            raise PreconditionFailedError(
+                f"transactional id {meta.transactional_id}: transaction already completed and "
+                f"superseded ({e})"
+            ) from e
+        done = meta.transition(
+            to,
+            partitions={},
+            txn_start_timestamp=-1,
+            intent={},
+            last_producer_id=meta.producer_id,
+            last_producer_epoch=meta.producer_epoch,
+            **self._next_epoch(meta),
+        )
+        return done, self.cas(done, etag)
+
+    def fence_and_abort(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
+        """Abort an Ongoing transaction with the epoch bumped, fencing its producer."""
+        fenced = meta.transition(TxnState.PREPARE_EPOCH_FENCE)
+        bumped = replace(fenced, producer_epoch=min(meta.producer_epoch + 1, MAX_PRODUCER_EPOCH))
+        prepared = bumped.transition(TxnState.PREPARE_ABORT)
+        etag = self.cas(prepared, etag)
+        return self.complete(prepared, etag)
+
+    def init_producer_id(
+        self, transactional_id: str, timeout_ms: int
+    ) -> tuple[int, int]:
+        """Kafka's InitProducerId: finish or abort what a previous instance left, bump the epoch.
+
+        Returns:
+            The producer id and the new epoch.
+        """
+        while True:
+            loaded = self.load(transactional_id)
+            try:
+                if loaded is None:
+                    meta = TxnMetadata(
+                        transactional_id,
+                        self.allocator.allocate(),
+                        0,
+                        TxnState.EMPTY,
+                        timeout_ms,
+                        last_update_timestamp=now_ms(),
+                    )
+                    self.cas(meta, None)
+                    return meta.producer_id, meta.producer_epoch
+                meta, etag = loaded
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    self.complete(meta, etag)
+                    continue
+                if meta.state in (TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE):
+                    if meta.state is TxnState.PREPARE_EPOCH_FENCE:
+                        meta = replace(meta, state=TxnState.ONGOING)
+                    self.fence_and_abort(meta, etag)
+                    continue
+                if meta.state is TxnState.DEAD:
+                    raise InvalidTxnStateError(f"transactional id {transactional_id} is dead")
+                new = meta.transition(
+                    TxnState.EMPTY,
+                    last_producer_id=meta.producer_id,
+                    last_producer_epoch=meta.producer_epoch,
+                    timeout_ms=timeout_ms,
+                    **self._next_epoch(meta),
+                )
+                self.cas(new, etag)
+                return new.producer_id, new.producer_epoch
+            except PreconditionFailedError:
+                time.sleep(random.uniform(0, 0.01))
+
+    @staticmethod
+    def completed_for(meta: TxnMetadata, pid: int, epoch: int) -> bool:
+        """Whether ``meta`` is the Complete state of the transaction ``pid``/``epoch`` ran."""
+        return (
+            meta.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+            and meta.last_producer_id == pid
+            and meta.last_producer_epoch == epoch
+        )
+
+    def _load_checked(
+        self, transactional_id: str, pid: int, epoch: int, allow_completed: bool = False
+    ) -> tuple[TxnMetadata, str]:
+        loaded = self.load(transactional_id)
+        if loaded is None:
+            raise InvalidTxnStateError(f"transactional id {transactional_id} is not initialised")
+        meta, etag = loaded
+        if allow_completed and self.completed_for(meta, pid, epoch):
+            return meta, etag
+        if meta.producer_id != pid or meta.producer_epoch != epoch:
+            raise ProducerFencedError(
+                f"transactional id {transactional_id}: producer {pid} epoch {epoch} is fenced "
+                f"by producer {meta.producer_id} epoch {meta.producer_epoch}"
+            )
+        return meta, etag
+
+    def add_partitions(
+        self, transactional_id: str, pid: int, epoch: int, partitions: dict[str, set[int]]
+    ) -> None:
+        """Kafka's AddPartitionsToTxn: register participants before their data is committed.
+
+        Raises:
+            ProducerFencedError: The object belongs to a newer epoch or another producer.
+        """
+        while True:
+            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            merged = {t: set(ps) for t, ps in meta.partitions.items()}
+            for t, ps in partitions.items():
+                merged.setdefault(t, set()).update(ps)
+            if meta.state is TxnState.ONGOING and all(
+                set(ps) <= set(meta.partitions.get(t, ())) for t, ps in partitions.items()
+            ):
+                return
+            start = meta.txn_start_timestamp if meta.state is TxnState.ONGOING else now_ms()
+            new = meta.transition(
+                TxnState.ONGOING,
+                partitions={t: tuple(sorted(ps)) for t, ps in merged.items()},
+                txn_start_timestamp=start,
+            )
+            try:
+                self.cas(new, etag)
+                return
+            except PreconditionFailedError:
+                continue
+
+    def commit_short_path(
+        self,
+        transactional_id: str,
+        pid: int,
+        epoch: int,
+        intent: dict[str, tuple[PendingBatch, ...]],
+        cached: tuple[TxnMetadata, str] | None,
+        results: dict[str, AppendResult] | None = None,
+    ) -> tuple[TxnMetadata, str]:
+        """Commit a transaction whose data is not in any log yet, in three writes.
+
+        One CAS to PrepareCommit carrying the intent (the decision), one log version per
+        table holding the data and its markers, one CAS to CompleteCommit. ``cached`` is the
+        object and etag from this producer's last CAS, which saves the read; if it is stale
+        the CAS fails and the object is read again (and the producer may be fenced).
+
+        Raises:
+            ProducerFencedError: The producer was fenced.
+        """
+        while True:
+            if cached is None:
+                cached = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
+            meta, etag = cached
+            if self.completed_for(meta, pid, epoch):
+                if meta.state is TxnState.COMPLETE_ABORT:
+                    raise InvalidTxnStateError("transaction was aborted by the coordinator")
+                return meta, etag  # another client finished our decision
+            if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
+                # Our own earlier attempt (whose outcome was unknown) made the decision.
+                try:
+                    return self.complete(meta, etag, results)
+                except PreconditionFailedError:
+                    cached = None  # completed by another client meanwhile: reload, confirm
+                    continue
+            partitions = {t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()}
+            prepared = meta.transition(
+                TxnState.PREPARE_COMMIT,
+                partitions=partitions,
+                intent=intent,
+                txn_start_timestamp=now_ms(),
+            )
+            try:
+                etag = self.cas(prepared, etag)
+            except PreconditionFailedError:
+                cached = None
+                continue
+            try:
+                return self.complete(prepared, etag, results)
+            except PreconditionFailedError:
+                cached = None  # another client completed it first: reload and confirm
+
+    def end_transaction(
+        self, transactional_id: str, pid: int, epoch: int, commit: bool
+    ) -> tuple[int, int]:
+        """Kafka's EndTxn: CAS to Prepare*, write markers, CAS to Complete*.
+
+        Returns:
+            The producer id and epoch the producer continues with (the epoch is bumped by
+            every completed transaction).
+
+        Raises:
+            ProducerFencedError: The producer was fenced.
+            InvalidTxnStateError: The transaction ended the other way: aborted by the
+                coordinator (a timeout) when committing, or already decided to commit (an
+                earlier attempt whose outcome was unknown) when aborting.
+        """
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        while True:
+            meta, etag = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
+            if self.completed_for(meta, pid, epoch):
+                committed = meta.state is TxnState.COMPLETE_COMMIT
+                if committed != commit:
+                    raise InvalidTxnStateError(
+                        f"transactional id {transactional_id}: the transaction was "
+                        f"{'committed' if committed else 'aborted'} (state {meta.state.value})"
+                    )
+                return meta.producer_id, meta.producer_epoch
+            if meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                return pid, epoch  # nothing was registered: an empty transaction
+            try:
+                if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    # Our own earlier attempt (outcome unknown) made a decision: finish it;
+                    # the completed state then tells which way it went.
+                    self.complete(meta, etag)
+                    continue
+                prepared = meta.transition(target)
+                etag = self.cas(prepared, etag)
+                done, _ = self.complete(prepared, etag)
+                return done.producer_id, done.producer_epoch
+            except PreconditionFailedError:
+                continue  # another client moved it first: reload and confirm

@@ -1,0 +1,54 @@
+"""Small helpers every layer shares: the wall clock (:func:`now_ms`) and retrying transient
+storage errors within a time limit (:func:`retry_transient`, the clients' one backoff loop).
+
+Only requests that are safe to repeat go through here: reads, idempotent appends (the log
+recognises a retried batch by its sequences), coordinator calls that resume their own
+prepared decision, and procedures that restart from a fresh load.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from txntable.errors import TransientStorageError
+
+T = TypeVar("T")
+
+#: Errors worth retrying: a request whose outcome is unknown or that may succeed later.
+RETRIABLE: tuple[type[Exception], ...] = (TransientStorageError, OSError)
+#: Exponential backoff between attempts, in seconds.
+BACKOFF_INITIAL_S = 0.01
+BACKOFF_MAX_S = 1.0
+
+
+def retry_transient(
+    fn: Callable[[], T], timeout_ms: int, give_up: Callable[[], bool] | None = None
+) -> T:
+    """Run ``fn``, retrying :data:`RETRIABLE` errors until ``timeout_ms`` has passed.
+
+    Args:
+        fn: The operation; called again after each retriable error.
+        timeout_ms: Time after which the last error is raised instead of retried.
+        give_up: Checked before each retry; when it returns true the error is raised at
+            once (a producer stopping at interpreter exit).
+
+    Raises:
+        TransientStorageError | OSError: The last error, once the time is up.
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    backoff = BACKOFF_INITIAL_S
+    while True:
+        try:
+            return fn()
+        except RETRIABLE:
+            if time.monotonic() + backoff > deadline or (give_up is not None and give_up()):
+                raise
+            time.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch."""
+    return int(time.time() * 1000)
