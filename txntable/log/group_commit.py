@@ -596,7 +596,10 @@ class GroupCommit:
                     )
                     # The next round's listing overlaps this put.
                     if mine is None:
-                        listing = self._executor().submit(self._list_intents)
+                        try:
+                            listing = self._executor().submit(self._list_intents)
+                        except RuntimeError:  # the interpreter is shutting down
+                            listing = None
                     written = self.table.log.try_put(snap, [*plan.actions, info])
                 version = snap.version
             if not written:
@@ -632,7 +635,10 @@ class GroupCommit:
             return
         if self._recorder is None:
             self._recorder = ThreadPoolExecutor(1, thread_name_prefix="txntable-outcomes")
-        self._recorder.submit(self._write_record, version, decided)
+        try:
+            self._recorder.submit(self._write_record, version, decided)
+        except RuntimeError:  # the interpreter is shutting down: followers read the log
+            pass
 
     def _write_record(self, version: int, decided: dict[str, list[Any]]) -> None:
         key = outcomes_key(self.table.log.root)
