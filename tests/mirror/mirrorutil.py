@@ -84,3 +84,20 @@ def read_duckdb(
         f'SELECT "partition", "offset", "{value}" FROM delta_scan(\'{path}\')'
     ).to_arrow_table()
     return rows_of(t, value)
+
+
+def write_batch(table: Table, partition: int, values: list[bytes]) -> int:
+    """Commit one plain batch of ``values`` in a segment named as writers name them (dated,
+    so vacuum can age it); returns the version."""
+    from txntable.layout import new_segment_name
+    from txntable.protocol.append import PendingBatch
+    from txntable.protocol.records import encode_segment
+    from txntable.structs import ProducerRecord
+
+    records = [ProducerRecord(None, v, (), 1_000 + i) for i, v in enumerate(values)]
+    data = encode_segment(records)
+    path = table.segment_key(partition, new_segment_name())
+    table.store.put_data_file(path, data)
+    batch = PendingBatch(partition, path, len(values), len(data), min_timestamp=1_000,
+                         max_timestamp=1_000 + len(values) - 1)
+    return table.append([batch])[1]

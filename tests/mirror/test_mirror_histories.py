@@ -21,8 +21,8 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 from mirrorutil import (
-    comparable,
     committed,
+    comparable,
     duckdb_connection,
     read_deltalake,
     read_duckdb,

@@ -327,13 +327,13 @@ def published_entries(
     ``first_offset`` gives the first record's offset of a merged segment that straddles
     ``start`` (its file says; ``None``: such a segment is not listed).
     """
-    upper = part.high_watermark
+    upper = part.last_stable_offset
     if start >= upper:
         return []
     out: list[DataEntry] = []
     entries = (e for e in part.entries_between(start, upper) if e.next_offset <= upper)
     for entry, visible in classify_entries(entries, part.aborted_between(start, upper)):
-        if not isinstance(entry, Batch | Segment):
+        if not visible or not isinstance(entry, Batch | Segment):
             continue
         if entry.count == 0 or not entry.path:
             continue
