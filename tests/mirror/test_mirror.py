@@ -300,3 +300,16 @@ def test_a_segment_outside_the_table_directory_is_refused(tmp_path: Path) -> Non
     table.append([PendingBatch(0, "elsewhere/x.parquet", 1, 4)])
     with pytest.raises(MirrorUnsupportedError, match="relative paths"):
         table.publish()
+
+
+def test_cli_publish(tmp_path: Path) -> None:
+    from txntable.cli.main import main
+
+    wh = lake(tmp_path)
+    table = wh.create_table("t", partitions=1)
+    write_batch(table, 0, [b"a"])
+    url = f"file://{tmp_path}/lake"
+    assert main(["publish", url, "t", "--json"]) == 0
+    assert txn_versions(delta_log(tmp_path, "t")) == [1]
+    assert main(["publish", url, "t"]) == 0  # up to date: writes nothing
+    assert len(delta_log(tmp_path, "t")) == 1
