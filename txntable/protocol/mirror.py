@@ -566,12 +566,12 @@ class MirrorState:
     #: Removed files (tombstones): path -> (file, deletion time).
     tombstones: dict[str, tuple[MirrorFile, int]] = field(default_factory=dict)
 
+    #: ``files`` by partition, kept as commits apply (a publish must not rebuild it: O(files)).
+    _by_partition: dict[int, dict[str, MirrorFile]] = field(default_factory=dict, repr=False)
+
     def files_by_partition(self) -> dict[int, dict[str, MirrorFile]]:
-        """The listed files, by partition."""
-        out: dict[int, dict[str, MirrorFile]] = {}
-        for f in self.files.values():
-            out.setdefault(f.partition, {})[f.path] = f
-        return out
+        """The listed files, by partition (do not modify)."""
+        return self._by_partition
 
     def apply_commit(self, version: int, actions: Sequence[Mapping[str, Any]], where: str) -> None:
         """Apply Delta commit ``version`` (one this table's publishers wrote).
@@ -623,11 +623,13 @@ class MirrorState:
             elif name == "add":
                 f = MirrorFile.from_add(body, where)
                 self.files[f.path] = f
+                self._by_partition.setdefault(f.partition, {})[f.path] = f
                 self.tombstones.pop(f.path, None)
             elif name == "remove":
                 path = body.get("path")
                 gone = self.files.pop(str(path), None)
                 if gone is not None:
+                    self._by_partition.get(gone.partition, {}).pop(gone.path, None)
                     self.tombstones[gone.path] = (gone, int(body.get("deletionTimestamp") or 0))
         if self.metadata is None:
             raise MirrorConflictError(f"{where}: the Delta log has no metaData at {version}")
