@@ -89,6 +89,13 @@ MAINTENANCE_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
 #: Retained entries on a partition from which that check starts a merge.
 MAINTENANCE_MERGE_MIN_ENTRIES = "maintenance.merge.min.entries"
 MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT = 1000
+#: Publish a Delta Lake mirror of read_committed at ``<table>/_delta_log/`` (see
+#: txntable.mirror): writers publish in the background after their commits.
+MIRROR_DELTA = "mirror.delta"
+MIRROR_DELTA_DEFAULT = "false"
+#: At most one background publish per this many ms (-1: only on demand).
+MIRROR_INTERVAL_MS = "mirror.interval.ms"
+MIRROR_INTERVAL_MS_DEFAULT = 1000
 
 # --- producer -----------------------------------------------------------------------------
 
@@ -294,6 +301,13 @@ def _parse_cleanup_policy(raw: str) -> object:
     return frozenset(policies)
 
 
+def _parse_bool(raw: str) -> object:
+    text = raw.strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text == "true"
+
+
 def _parse_ratio(raw: str) -> object:
     try:
         value = float(raw.strip())
@@ -389,6 +403,18 @@ TABLE_CONFIG: dict[str, TableConfigKey] = {
             str(MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT),
             _parse_int_at_least(2),
             "retained entries of a partition from which a producer starts a merge",
+        ),
+        TableConfigKey(
+            MIRROR_DELTA,
+            MIRROR_DELTA_DEFAULT,
+            _parse_bool,
+            "publish a Delta Lake mirror of read_committed in <table>/_delta_log/",
+        ),
+        TableConfigKey(
+            MIRROR_INTERVAL_MS,
+            str(MIRROR_INTERVAL_MS_DEFAULT),
+            _parse_int_at_least(-1),
+            "at most one background publish of the Delta mirror per this many ms (-1 never)",
         ),
     )
 }

@@ -89,6 +89,16 @@ class CommitConflictError(TxnTableError):
     """A log commit kept losing the race for the next version until retries ran out."""
 
 
+class MirrorConflictError(TxnTableError):
+    """The table's Delta mirror (``_delta_log/``) holds a commit no txntable publisher of
+    this table wrote (a foreign writer), or belongs to another table: publishing stops."""
+
+
+class MirrorUnsupportedError(TxnTableError):
+    """The table cannot be mirrored as Delta reader 1 / writer 2 (a column type or a schema
+    change that needs a newer Delta protocol, a segment outside the table's directory)."""
+
+
 class SchemaMismatchError(TxnTableError):
     """Records or a segment do not match the table's record schema."""
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from txntable.maintenance.retention import ExpiryReport, RetentionReport
     from txntable.maintenance.vacuum import VacuumReport
     from txntable.maintenance.verify import VerifyReport
+    from txntable.mirror.publisher import AutoPublisher, MirrorPublisher, PublishReport
     from txntable.protocol.sequencing import Operation
     from txntable.read.scan import Offsets, TableScan
     from txntable.txn.recovery import StuckTransactionFinisher
@@ -125,6 +126,19 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
     return value
 
 
+def mirror_interval(configuration: Mapping[str, str]) -> int | None:
+    """Background publish interval of the Delta mirror, ``None`` when off or on demand only
+    (a malformed value written by another client: off, with a warning)."""
+    try:
+        on = config.table_setting(configuration, config.MIRROR_DELTA)
+        interval = config.table_setting(configuration, config.MIRROR_INTERVAL_MS)
+    except InvalidConfigurationError as e:
+        _log.warning("Delta mirror off: %s", e)
+        return None
+    assert isinstance(interval, int)
+    return interval if on and interval >= 0 else None
+
+
 def plan_delete_records(
     snap: TableSnapshot, offsets: Mapping[int, int]
 ) -> CommitPlan[dict[int, int]]:
@@ -171,6 +185,12 @@ class Table:
         cfg = group_commit or GroupCommitConfig()
         #: Commits of this handle (group commit), or ``None``: each commit races alone.
         self.group_commit: GroupCommit | None = GroupCommit(self, cfg) if cfg.enabled else None
+        #: The Delta mirror: background publishes after commits (``mirror.delta``), every
+        #: ``mirror_interval_ms`` at most; ``None`` when off or only on demand.
+        self.mirror_interval_ms: int | None = None
+        self._publisher: MirrorPublisher | None = None
+        self._auto_publisher: AutoPublisher | None = None
+        self._mirror_mark: tuple[tuple[int, int, int], ...] = ()
 
     def snapshot(self, refresh: bool = True) -> TableSnapshot:
         """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
@@ -202,6 +222,7 @@ class Table:
             # Written by another client: a reader must still read; use the default.
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
+        self.mirror_interval_ms = mirror_interval(snap.metadata.configuration)
 
     def finish_stuck_transactions(self) -> bool:
         """Complete prepared transactions that dead producers left pinning the LSO.
@@ -372,7 +393,9 @@ class Table:
         if self.group_commit is None:
             plan, version = self.commit(lambda s: op.plan(s, now_ms()), transactional_id)
             return plan.result, version
-        return self.group_commit.submit(op, transactional_id)
+        out = self.group_commit.submit(op, transactional_id)
+        self._after_commit()
+        return out
 
     def commit(
         self,
@@ -386,9 +409,54 @@ class Table:
         """
         if self.group_commit is not None:
             self.snapshot(refresh=False)
-            return self.group_commit.commit(build, transactional_id)
-        with self._lock:
-            return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
+            out = self.group_commit.commit(build, transactional_id)
+        else:
+            with self._lock:
+                out = self.log.commit(self.snapshot(refresh=False), build, transactional_id)
+        self._after_commit()
+        return out
+
+    def _after_commit(self) -> None:
+        """Hint the background publisher when what the mirror lists may have changed (an
+        LSO or log start moved, entries were rewritten): O(partitions), no I/O."""
+        if self.mirror_interval_ms is None:
+            return
+        snap = self._snapshot
+        if snap is None:
+            return
+        mark = tuple(
+            (p.log_start_offset, p.last_stable_offset, p.rewrites) for p in snap.partitions
+        )
+        if mark == self._mirror_mark:
+            return
+        self._mirror_mark = mark
+        if self._auto_publisher is None:
+            from txntable.mirror.publisher import AutoPublisher, MirrorPublisher
+
+            self._auto_publisher = AutoPublisher(
+                lambda: MirrorPublisher(self.store, self.name), self.mirror_interval_ms
+            )
+        self._auto_publisher.hint()
+
+    def publish(self) -> PublishReport:
+        """Publish the Delta Lake mirror of read_committed at the table's newest version
+        (``<table>/_delta_log/``, readable by Spark, Trino, delta-rs, DuckDB and Polars), on
+        demand, whether or not ``mirror.delta`` is on. See :mod:`txntable.mirror`.
+
+        Raises:
+            MirrorConflictError: The mirror holds a commit no publisher of this table wrote.
+            MirrorUnsupportedError: The table cannot be mirrored as Delta reader 1.
+        """
+        if self._publisher is None:
+            from txntable.mirror.publisher import MirrorPublisher
+
+            self._publisher = MirrorPublisher(self.store, self.name)
+        return self._publisher.publish()
+
+    def wait_for_mirror(self, timeout: float | None = None) -> None:
+        """Wait for this handle's background publishes to finish (tests, shutdown)."""
+        if self._auto_publisher is not None:
+            self._auto_publisher.join(timeout)
 
     def delete_records(self, offsets: Mapping[int, int]) -> dict[int, int]:
         """Kafka's DeleteRecords: move partitions' log start offsets forward.

@@ -1402,6 +1402,28 @@ def compact(
 @_warehouse
 @click.argument("table")
 @_json_flag
+def publish(warehouse: str, options: dict[str, str], table: str, as_json: bool) -> None:
+    """Publish TABLE's Delta Lake mirror of read_committed (<table>/_delta_log/) now."""
+    report = _open(warehouse, options).table(table).publish()
+    if as_json:
+        _print_json(asdict(report))
+    elif report.delta_version is None:
+        _cli().out.print(
+            _text(f"Mirror of {table} is up to date with version {report.txntable_version}")
+        )
+    else:
+        _cli().out.print(
+            _text(
+                f"Published {table} version {report.txntable_version} as Delta version "
+                f"{report.delta_version} (+{report.added} -{report.removed} files)"
+            )
+        )
+
+
+@cli.command()
+@_warehouse
+@click.argument("table")
+@_json_flag
 def retention(warehouse: str, options: dict[str, str], table: str, as_json: bool) -> None:
     """Apply TABLE's retention.ms / retention.bytes: move log start offsets forward."""
     report = _open(warehouse, options).table(table).apply_retention()

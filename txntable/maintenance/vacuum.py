@@ -23,6 +23,7 @@ from txntable import config
 from txntable.errors import CorruptLogError, InvalidConfigurationError, ObjectNotFoundError
 from txntable.layout import data_dir, intents_prefix, segment_created_ms
 from txntable.log.log import Log
+from txntable.mirror.publisher import mirror_referenced_keys
 from txntable.protocol.actions import CommitInfo, Marker
 from txntable.protocol.sequencing import AppendOp, Intent
 from txntable.protocol.snapshot import TableSnapshot
@@ -68,6 +69,12 @@ def vacuum(
     if oldest < snap.version:
         referenced |= referenced_paths(table.log.load(oldest))
     referenced |= _intent_paths(table)
+    # Files the Delta mirror lists, or removed from it within the period: readers of the
+    # mirror (pinned to an older mirror version too) never lose a file under them.
+    assert snap.metadata is not None
+    referenced |= mirror_referenced_keys(
+        table.store, table.name, snap.metadata.tableId, clock - retention_ms
+    )
     report = VacuumReport(referenced=len(referenced))
     for key in table.store.list(data_dir(table.name)):
         if key in referenced:

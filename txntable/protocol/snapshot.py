@@ -61,6 +61,10 @@ class PartitionState:
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     #: Bytes of the retained segments (``retention.bytes`` compares against it).
     size_bytes: int = 0
+    #: Bumped whenever entries are replaced (merge, compaction) or dropped (log start):
+    #: tells an incremental reader of this snapshot (the Delta mirror) that entries it
+    #: already saw changed. Not part of the state: a loaded snapshot starts at 0.
+    rewrites: int = field(default=0, compare=False)
 
     @property
     def high_watermark(self) -> int:
@@ -239,6 +243,7 @@ def _replace_range(part: PartitionState, seg: Segment, path: str | None) -> None
     if part.entries[j - 1].next_offset != seg.endOffset:
         raise CorruptLogError(f"{where} does not end at an entry boundary", path)
     part.size_bytes -= sum(entry_size(e) for e in part.entries[i:j])
+    part.rewrites += 1
     part.entries[i:j] = [seg]
     offsets[i:j] = [seg.baseOffset]
     part.size_bytes += seg.size
@@ -263,6 +268,7 @@ def _drop_below_log_start(part: PartitionState) -> None:
         i += 1
     if i > 0:
         part.size_bytes -= sum(entry_size(e) for e in part.entries[:i])
+        part.rewrites += 1
         del part.entries[:i]
         del part.entry_offsets[:i]
     k = bisect.bisect_left(part.aborted_last_offsets, start)
