@@ -211,7 +211,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     # checkpoint, vacuum --dry-run, verify
     assert ok_json("checkpoint", url, "orders", "--json") == {"table": "orders", "version": 4}
     assert (tmp_path / "lake/orders/_log/00000000000000000004.checkpoint.json").exists()
-    old = f"orders/data/0/{now_ms() - 3 * 3_600_000:013d}-{uuid.uuid4().hex}.parquet"
+    old = f"orders/data/partition=0/{now_ms() - 3 * 3_600_000:013d}-{uuid.uuid4().hex}.parquet"
     (tmp_path / "lake" / old).write_bytes(b"left by a crashed writer")
     assert ok_json("vacuum", url, "orders", "--dry-run", "--retention-hours", "2", "--json") == {
         "deleted": [old],
