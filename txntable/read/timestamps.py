@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from txntable.errors import VersionNotFoundError
 from txntable.protocol.actions import Batch, CommitInfo, Marker
+from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import DataEntry, PartitionState, TableSnapshot
 from txntable.read.planning import (
     EARLIEST,
@@ -119,7 +120,8 @@ def _read(
         committed,
         partitions=[partition],
     )
-    reader = SegmentReader(table.store)
+    # A typed table's segments hold its own columns: read them with its layout.
+    reader = SegmentReader(table.store, layout_of(snap.metadata))
     parts = [reader.read_output(s, table.name) for s in slices_in_ranges(snap, ranges, committed)]
     parts = [t for t in parts if t.num_rows]
     return pa.concat_tables(parts) if parts else None
