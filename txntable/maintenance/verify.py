@@ -769,12 +769,21 @@ def verify_log(
     # Log cleanup keeps version 0 and deletes 1 .. C-1: start from a checkpoint then too.
     later = [v for v in versions if v > 0]
     truncated = bool(later) and later[0] > 1
+    if not versions or versions[0] != 0:
+        # Log cleanup never deletes version 0: without it readers see no table at all.
+        report.add(
+            [Violation("log.missing-version", "version 0 is missing: readers see no table "
+                       "(create_table refuses the name); restore it from a backup", 0,
+                       path=log.version_key(0))]
+        )
     if not versions or versions[0] != 0 or truncated:
         start = _start_from_checkpoint(log, checker, later if truncated else versions, listing)
         if start is None:
+            present = later if truncated else versions
+            first = present[0] if present else None
             report.add(
-                [Violation("log.missing-version", "version 0 is missing and no checkpoint "
-                           "replaces the versions before the first one present", 0)]
+                [Violation("log.missing-version", "no checkpoint replaces the versions before "
+                           f"version {first}: they cannot be checked", first)]
             )
             return report
         report.start_version = start
