@@ -33,6 +33,9 @@ from txntable.util import now_ms
 RETENTION_MS_DEFAULT = config.VERSION_RETENTION_MS_DEFAULT
 #: Below this, a slow writer's not-yet-committed segment could be deleted.
 RETENTION_MS_MIN = config.VERSION_RETENTION_MS_MIN
+#: How far vacuum's clock may run ahead of the store's: every millisecond of it shortens the
+#: time a segment written just now (by a clock near the store's) is safe from deletion.
+CLOCK_AHEAD_MAX_MS = 5 * 60 * 1000
 
 
 @dataclass
@@ -53,7 +56,9 @@ def vacuum(
     """Delete ``table``'s unreferenced segment files older than ``retention_ms``.
 
     Raises:
-        InvalidConfigurationError: ``retention_ms`` is below one hour.
+        InvalidConfigurationError: ``retention_ms`` is below one hour, or (unless
+            ``dry_run``) ``now`` — or this machine's clock — is more than
+            :data:`CLOCK_AHEAD_MAX_MS` ahead of the store's clock.
     """
     if retention_ms < RETENTION_MS_MIN:
         raise InvalidConfigurationError(
@@ -61,6 +66,17 @@ def vacuum(
             "retrying could lose a segment it is about to commit"
         )
     clock = now_ms() if now is None else now
+    if not dry_run:
+        store_now = table.store.clock_ms()
+        if clock - store_now > CLOCK_AHEAD_MAX_MS:
+            # A segment is old when its name's time is older than clock - retention_ms: with
+            # a clock hours ahead, one a writer is about to commit would be deleted under it.
+            raise InvalidConfigurationError(
+                f"vacuum's clock ({clock}) is {(clock - store_now) / 60_000:.0f} minutes ahead "
+                f"of the store's ({store_now}); more than "
+                f"{CLOCK_AHEAD_MAX_MS // 60_000} would delete segments still being committed "
+                "(a dry run may look ahead)"
+            )
     snap = table.snapshot()
     referenced = referenced_paths(snap)
     oldest = first_version_since(table.log, clock - retention_ms, snap.version)
