@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +27,7 @@ from txntable import (
 from txntable.errors import CorruptLogError, SchemaMismatchError
 from txntable.layout import PRODUCER_IDS_KEY
 from txntable.protocol.actions import (
+    ACTION_TYPES,
     CommitInfo,
     LogStart,
     OffsetCommit,
@@ -289,3 +292,22 @@ def test_readme_read_to_the_end_loop(wh: Warehouse, make_producer: MakeProducer)
             records.extend(batch)
     assert [(r.offset, r.value) for r in records] == [(0, b"kept"), (4, b"kept-too")]
     assert {tp: c.position(tp) for tp in tps} == end
+
+
+def test_every_action_the_spec_shows_decodes_as_it_is_written() -> None:
+    # Issue 21.7: the typed-table example's commitInfo had "time" where the required field
+    # is "timestamp"; a reader written from the spec would refuse its own example.
+    spec = (Path(__file__).resolve().parents[2] / "spec" / "PROTOCOL.md").read_text()
+    names = set(ACTION_TYPES)
+    checked = 0
+    for block in re.findall(r"```(?:json)?\n(.*?)```", spec, re.S):
+        for line in block.splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and len(obj) == 1 and next(iter(obj)) in names:
+                (action,) = decode_actions(line.encode() + b"\n", "spec")
+                assert encode_actions([action]) == line.encode() + b"\n", line
+                checked += 1
+    assert checked >= 25
