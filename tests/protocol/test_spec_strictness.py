@@ -311,3 +311,28 @@ def test_every_action_the_spec_shows_decodes_as_it_is_written() -> None:
                 assert encode_actions([action]) == line.encode() + b"\n", line
                 checked += 1
     assert checked >= 25
+
+
+@pytest.mark.parametrize(
+    "element",
+    [
+        {"name": 1, "type": "binary"},
+        {"name": "key", "type": ["binary"]},
+        {"name": "key", "type": "binary", "nullable": "yes"},
+        {"name": "key", "type": "binary", "children": {}},
+        "key binary",
+        {"type": "binary"},
+    ],
+)
+def test_schema_elements_are_checked_not_coerced(element: object) -> None:
+    # Issue 21.8: the spec said names and types were coerced (str(name), ...); the decoder
+    # refuses them, which the spec now says.
+    (metadata,) = [a for a in version0() if a.NAME == "metadata"]
+    body = json.loads(encode_actions([metadata]))
+    body["metadata"]["schema"] = [element]
+    with pytest.raises(CorruptLogError, match="metadata: invalid schema"):
+        decode_actions(json.dumps(body).encode() + b"\n", "v")
+    # An untyped table's schema is descriptive: an empty one is accepted.
+    body["metadata"]["schema"] = []
+    (decoded,) = decode_actions(json.dumps(body).encode() + b"\n", "v")
+    assert decoded.schema == ()  # type: ignore[union-attr]
