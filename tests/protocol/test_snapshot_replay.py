@@ -221,3 +221,19 @@ def test_decode_future_protocol() -> None:
     assert decode_actions(b'{"protocol":{"minReaderVersion":1,"minWriterVersion":7}}\n') == [
         Protocol(1, 7)
     ]
+
+
+def test_a_marker_creates_a_producer_entry_with_the_defaults() -> None:
+    # Issue 21.14: a fencing marker on a partition the producer never wrote to creates its
+    # entry there; lastTimestamp stays 0 (only batches raise it), coordinatorEpoch is the
+    # marker's (from -1), and nothing is open.
+    snap = snapshot_of(
+        [batch(0, 0, 2, pid=9, epoch=3, seq=0, txn=True)],
+        [Marker(0, 2, 9, 4, "ABORT", timestamp=77), Marker(1, 0, 9, 4, "ABORT", timestamp=77)],
+    )
+    fresh = snap.partition(1).producers[9]
+    assert (fresh.epoch, list(fresh.batches), fresh.current_txn_first_offset) == (4, [], None)
+    assert (fresh.coordinator_epoch, fresh.last_timestamp) == (0, 0)
+    wrote = snap.partition(0).producers[9]
+    assert (wrote.epoch, list(wrote.batches)) == (4, [])  # a higher epoch clears the batches
+    assert snap.partition(0).ongoing == {} and snap.producer_epochs == {9: 4}
