@@ -336,3 +336,19 @@ def test_schema_elements_are_checked_not_coerced(element: object) -> None:
     body["metadata"]["schema"] = []
     (decoded,) = decode_actions(json.dumps(body).encode() + b"\n", "v")
     assert decoded.schema == ()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"logStart":{"offset":4,"partition":0,"offset":9}}',
+        b'{"logStart":{"offset":4,"partition":0},"logStart":{"offset":9,"partition":0}}',
+        b'{"metadata":{"configuration":{"a":"1","a":"2"},"name":"t","partitions":1,'
+        b'"tableId":"x"}}',
+    ],
+)
+def test_a_key_twice_in_an_object_is_corrupt(line: bytes) -> None:
+    # Issue 21.15: Python keeps the last value of a repeated key, other parsers the first or
+    # an error; two readers of one version must never disagree, so the version is refused.
+    with pytest.raises(CorruptLogError, match="appears twice"):
+        decode_actions(line + b"\n", "v")
