@@ -251,13 +251,23 @@ def _replace_range(part: PartitionState, seg: Segment, path: str | None) -> None
         part.aborted_last_offsets[lo:hi] = [a.lastOffset for a in kept]
 
 
-def _drop_below_log_start(part: PartitionState) -> None:
-    """Forget entries and index entries wholly below the log start offset (v2 replay).
+def retained_from(part: PartitionState) -> int:
+    """Where a v2 partition's retained entries begin: the log start offset, or the first
+    offset of an open transaction below it.
 
-    Never at or above the LSO: delete-records may pass an open transaction's first offset,
-    and its first batch is what names the transaction (to abort it once timed out).
+    Delete-records may pass an open transaction's first offset, but its first batch names
+    the transaction (its ``transactionalId``), which a writer needs to abort it once timed
+    out; keeping everything from that batch on keeps the entries contiguous, as a v2
+    checkpoint writes them. (Not the LSO: it never falls below the log start offset.)
     """
-    start = min(part.log_start_offset, part.last_stable_offset)
+    if not part.ongoing:
+        return part.log_start_offset
+    return min(part.log_start_offset, *part.ongoing.values())
+
+
+def _drop_below_log_start(part: PartitionState) -> None:
+    """Forget entries and index entries wholly below :func:`retained_from` (v2 replay)."""
+    start = retained_from(part)
     i = bisect.bisect_right(part.entry_offsets, start) - 1
     if i >= 0 and part.entries[i].next_offset <= start:
         i += 1
@@ -326,7 +336,10 @@ def apply_action(
     elif isinstance(action, Marker):
         part = _partition(snap, action.partition, path)
         _append(part, action, path)
-        part.ongoing.pop(action.producerId, None)
+        first = part.ongoing.pop(action.producerId, None)
+        if first is not None and first < part.log_start_offset and _v2(snap):
+            # The transaction kept its entries below the log start; it is closed now.
+            _drop_below_log_start(part)
         _producer(part, action.producerId).record_marker(
             action.producerEpoch, action.coordinatorEpoch
         )
@@ -345,10 +358,7 @@ def apply_action(
     elif isinstance(action, LogStart):
         part = _partition(snap, action.partition, path)
         part.log_start_offset = max(part.log_start_offset, min(action.offset, part.log_end_offset))
-        v2 = snap.protocol is not None and (
-            snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
-        )
-        if v2:
+        if _v2(snap):
             # v2: nothing below the log start is ever read again; v1 keeps the entries.
             _drop_below_log_start(part)
     elif isinstance(action, Segment):
@@ -372,6 +382,13 @@ def apply_action(
         snap.last_commit_timestamp = max(snap.last_commit_timestamp, action.timestamp)
         for outcome in action.intents:
             snap.intents[outcome.id] = outcome
+
+
+def _v2(snap: TableSnapshot) -> bool:
+    """Whether the snapshot's protocol forgets entries below the log start (v2 and later)."""
+    return snap.protocol is not None and (
+        snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+    )
 
 
 def _expire_producer(snap: TableSnapshot, pid: int, path: str | None) -> None:
