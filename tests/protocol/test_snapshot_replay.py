@@ -237,3 +237,17 @@ def test_a_marker_creates_a_producer_entry_with_the_defaults() -> None:
     wrote = snap.partition(0).producers[9]
     assert (wrote.epoch, list(wrote.batches)) == (4, [])  # a higher epoch clears the batches
     assert snap.partition(0).ongoing == {} and snap.producer_epochs == {9: 4}
+
+
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [((3, 3), (2, 2)), ((2, 2), (1, 1)), ((3, 3), (3, 2)), ((2, 2), (1, 2))],
+)
+def test_a_protocol_never_goes_down(first: tuple[int, int], later: tuple[int, int]) -> None:
+    # Issue 21.9: a protocol action lowering a typed table's reader version was accepted, so
+    # a v2 reader would then misread typed segments (and a v1 reader a truncated log).
+    with pytest.raises(CorruptLogError, match="lowers"):
+        replay(enumerate([[Protocol(*first), version0()[1]], [Protocol(*later)]]))
+    raised = replay(enumerate([[Protocol(*later), version0()[1]], [Protocol(*first)]]))
+    assert raised.protocol == Protocol(*first)
+

@@ -313,6 +313,18 @@ def apply_action(
         return
     if isinstance(action, Protocol):
         check_protocol(action)
+        old = snap.protocol
+        if old is not None and (
+            action.minReaderVersion < old.minReaderVersion
+            or action.minWriterVersion < old.minWriterVersion
+        ):
+            # A client of the lower version would misread what the table holds: typed
+            # segments (3), merged segments and a truncated log (2).
+            raise CorruptLogError(
+                f"protocol {{{action.minReaderVersion}, {action.minWriterVersion}}} lowers "
+                f"the table's {{{old.minReaderVersion}, {old.minWriterVersion}}}",
+                path,
+            )
         snap.protocol = action
         if action.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
             for p in range(len(snap.partitions)):
