@@ -10,11 +10,15 @@ the version a writer that listed the log a moment ago is about to put.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from tableutil import read_all
 
 from txntable import Producer, Warehouse
-from txntable.storage import ClockAheadStore, MemoryStore
+from txntable.log import log as log_module
+from txntable.storage import ClockAheadStore, MemoryStore, Store, StoreWrapper
+from txntable.table import Table
 
 DAY = 86_400_000
 #: A maintainer's clock far ahead: every version is older than version.retention.ms by it.
@@ -65,3 +69,92 @@ def test_cleanup_deletes_once_the_store_dates_the_checkpoint_old(
     assert report.log_cleanup is not None
     deleted = report.log_cleanup.versions_deleted
     assert (deleted > 0) == (ahead > 3 * DAY), report.log_cleanup
+
+
+class SteppedClock:
+    """The log module's ``time``, with a monotonic clock a test can move on."""
+
+    def __init__(self) -> None:
+        self.ahead_s = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead_s
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> SteppedClock:
+    stepped = SteppedClock()
+    monkeypatch.setattr(log_module, "time", stepped)
+    return stepped
+
+
+def behind_cleanup(store: Store) -> tuple[Producer, Table]:
+    """The reproduction of the issue: a producer writes a, b (versions 1, 2) and a reader
+    loads the table; another producer writes c, d, e; maintenance a month later on the
+    store's clock deletes the versions below its checkpoint."""
+    Warehouse(store=store).create_table("t", configuration=NO_RETENTION)
+    first = Producer(Warehouse(store=store), linger_ms=0)
+    assert [send(first, b"a"), send(first, b"b")] == [0, 1]
+    reader = Warehouse(store=store).table("t")
+    assert reader.snapshot().version == 2
+    with Producer(Warehouse(store=store), linger_ms=0) as second:
+        assert [send(second, v) for v in (b"c", b"d", b"e")] == [2, 3, 4]
+    later = Warehouse(store=ClockAheadStore(store, 30 * DAY)).table("t")
+    report = later.maintain(now=FAR, vacuum=False)
+    assert report.errors == [] and report.log_cleanup is not None
+    assert report.log_cleanup.versions_deleted >= 4
+    return first, reader
+
+
+ALL = [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e"), (5, b"f")]
+
+
+def test_a_handle_behind_cleanup_reloads_from_the_checkpoint(
+    memory_store: MemoryStore, clock: SteppedClock
+) -> None:
+    # Once its gap check was due, the first producer found version 3 missing below the
+    # checkpoint and raised CorruptLogError on every send ("restore it from a backup"),
+    # although a fresh handle loads the table fine.
+    first, reader = behind_cleanup(memory_store)
+    clock.ahead_s += 62  # a minute later: both handles list the log again
+    assert send(first, b"f") == 5
+    first.close()
+    snap = reader.snapshot()
+    assert snap.partition(0).high_watermark == 6
+    assert read_all(Warehouse(store=memory_store), "t", [0], "read_committed") == {0: ALL}
+    assert Warehouse(store=memory_store).table("t").verify().ok
+
+
+class PausedPut(StoreWrapper):
+    """Moves ``clock`` two hours on during the next put of a log version, once armed: the
+    writer was paused (or its request hung) between its gap check and its put."""
+
+    def __init__(self, inner: Store, clock: SteppedClock) -> None:
+        super().__init__(inner)
+        self.clock = clock
+        self.armed = False
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        if self.armed and "/_log/" in key:
+            self.armed = False
+            self.clock.ahead_s += 2 * 3600
+        return super().put_if_absent(key, data)
+
+
+def test_a_put_that_outlives_its_listing_is_checked_before_it_counts(
+    memory_store: MemoryStore, clock: SteppedClock
+) -> None:
+    # The first producer's gap check is not due: it puts version 3, which cleanup deleted.
+    # The put completes two hours after its last listing (a pause), so before counting it
+    # the producer lists once more, finds the checkpoint above it and commits again.
+    paused = PausedPut(memory_store, clock)
+    first, _ = behind_cleanup(paused)
+    paused.armed = True
+    assert send(first, b"f") == 5
+    first.close()
+    assert not paused.armed
+    assert memory_store.exists("t/_log/00000000000000000003.json")  # below the checkpoint
+    assert read_all(Warehouse(store=memory_store), "t", [0], "read_committed") == {0: ALL}

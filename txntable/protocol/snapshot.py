@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from txntable.errors import CorruptLogError, SchemaMismatchError, UnknownTopicOrPartitionError
 from txntable.protocol.actions import (
@@ -185,6 +185,12 @@ class TableSnapshot:
         horizon = self.version - INTENT_WINDOW_VERSIONS
         if self.intents and min(o.baseVersion for o in self.intents.values()) < horizon:
             self.intents = {k: o for k, o in self.intents.items() if o.baseVersion >= horizon}
+
+    def become(self, other: TableSnapshot) -> None:
+        """Take ``other``'s whole state, in place: a handle that fell behind log cleanup
+        reloads from a checkpoint, and whoever holds this snapshot sees the new state."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(other, f.name))
 
     def fork(self) -> TableSnapshot:
         """A copy to plan a group-commit round on: changes to it never reach this snapshot.
