@@ -16,7 +16,9 @@ import pytest
 from tableutil import read_all
 
 from txntable import Producer, Warehouse
+from txntable.errors import VersionNotAvailableError, VersionNotFoundError
 from txntable.log import log as log_module
+from txntable.read.timestamps import commit_timestamp, version_at_timestamp
 from txntable.storage import ClockAheadStore, MemoryStore, Store, StoreWrapper
 from txntable.table import Table
 
@@ -69,6 +71,48 @@ def test_cleanup_deletes_once_the_store_dates_the_checkpoint_old(
     assert report.log_cleanup is not None
     deleted = report.log_cleanup.versions_deleted
     assert (deleted > 0) == (ahead > 3 * DAY), report.log_cleanup
+
+
+def cleaned(memory_store: MemoryStore) -> tuple[Warehouse, int]:
+    """Table ``t`` with versions 1..3 (records a, b, c), then maintenance a month later on
+    the store's clock: version 0 and the versions from the checkpoint on stay. Returns the
+    warehouse and the earliest version after 0."""
+    wh = Warehouse(store=memory_store)
+    wh.create_table("t", configuration=NO_RETENTION)
+    with Producer(wh, linger_ms=0) as p:
+        for v in (b"a", b"b", b"c"):
+            time.sleep(0.002)  # commit timestamps one apart at least
+            send(p, v)
+    time.sleep(0.002)
+    later = Warehouse(store=ClockAheadStore(memory_store, 30 * DAY)).table("t")
+    report = later.maintain(now=FAR, vacuum=False)
+    assert report.errors == [] and report.log_cleanup is not None
+    earliest = report.log_cleanup.earliest_version
+    assert earliest is not None and report.log_cleanup.versions_deleted == earliest - 1
+    return wh, earliest
+
+
+def test_time_travel_after_cleanup(memory_store: MemoryStore) -> None:
+    # Issues 21.11 and 21.15: version 0 is never deleted, so it stays loadable (the empty
+    # table); versions between it and the oldest kept checkpoint are not available, and
+    # neither is a timestamp that falls among them.
+    wh, earliest = cleaned(memory_store)
+    table = wh.table("t")
+    assert table.snapshot_at(0).version == 0
+    assert table.snapshot_at(0).partition(0).high_watermark == 0
+    with pytest.raises(VersionNotAvailableError) as e:
+        table.snapshot_at(earliest - 1)
+    assert e.value.earliest == earliest
+    assert table.snapshot_at(earliest).version == earliest
+    first = commit_timestamp(table, 0)
+    kept = commit_timestamp(table, earliest)
+    assert first is not None and kept is not None and first < kept
+    assert version_at_timestamp(table, kept) == earliest
+    for ts in (first, kept - 1):
+        with pytest.raises(VersionNotAvailableError):
+            version_at_timestamp(table, ts)
+    with pytest.raises(VersionNotFoundError):
+        version_at_timestamp(table, first - 1)
 
 
 class SteppedClock:

@@ -19,11 +19,12 @@ from txntable.protocol.actions import (
     Marker,
     Metadata,
     OffsetCommit,
+    PartitionStart,
     Protocol,
     decode_actions,
     encode_actions,
 )
-from txntable.protocol.snapshot import TableSnapshot, replay
+from txntable.protocol.snapshot import TableSnapshot, load_checkpoint, replay
 
 PATH = "t/_log/00000000000000000007.json"
 
@@ -251,3 +252,12 @@ def test_a_protocol_never_goes_down(first: tuple[int, int], later: tuple[int, in
     raised = replay(enumerate([[Protocol(*later), version0()[1]], [Protocol(*first)]]))
     assert raised.protocol == Protocol(*first)
 
+
+def test_a_partition_started_twice_in_a_checkpoint_is_corrupt() -> None:
+    # Issue 21.15: the second partitionStart of an empty partition silently replaced the
+    # first one's log start offset.
+    head = [Protocol(2, 2), version0(1)[1]]
+    one = load_checkpoint(4, [*head, PartitionStart(0, 0, 0)], "cp", state=True)
+    assert one.partition(0).log_start_offset == 0
+    with pytest.raises(CorruptLogError, match="two partitionStart"):
+        load_checkpoint(4, [*head, PartitionStart(0, 0, 0), PartitionStart(0, 5, 0)], "cp", True)

@@ -557,6 +557,17 @@ class Log:
             self.version_key(missing),
         )
 
+    def earliest_version(self) -> int:
+        """The oldest version still readable: 0 (never deleted), or, on a log whose
+        versions 1.. log cleanup deleted, the oldest checkpoint kept (one LIST then)."""
+        if self.read_version(1) is not None or self.read_version(0) is None:
+            return 0
+        listing = self.listing()
+        later = [v for v in listing.versions if v > 0]
+        if not later:
+            return 0
+        return min((v for v in listing.checkpoints if v >= later[0] - 1), default=later[0])
+
     # --- writing --------------------------------------------------------------------------
 
     def commit(

@@ -116,21 +116,10 @@ def version_time(log: Log, version: int) -> int | None:
     return max((a.timestamp for a in actions if isinstance(a, CommitInfo)), default=0)
 
 
-def earliest_version(log: Log) -> int:
-    """The oldest version still readable: 0, or the oldest checkpoint of a truncated log."""
-    if log.read_version(1) is not None or log.read_version(0) is None:
-        return 0
-    listing = log.listing()
-    later = [v for v in listing.versions if v > 0]
-    if not later:
-        return 0
-    return min((v for v in listing.checkpoints if v >= later[0] - 1), default=later[0])
-
-
 def first_version_since(log: Log, since_ms: int, latest: int) -> int:
     """The oldest readable version committed at or after ``since_ms`` (binary search on
     commit timestamps: O(log versions) reads), else ``latest``."""
-    lo, hi = earliest_version(log), latest
+    lo, hi = log.earliest_version(), latest
     while lo < hi:
         mid = (lo + hi) // 2
         ts = version_time(log, mid)

@@ -540,6 +540,10 @@ def load_checkpoint(
     ``state``: a v2 checkpoint (:func:`checkpoint_actions`); else a v1 checkpoint, which is
     replayed as one version.
     """
+    if state:
+        started = [a.partition for a in actions if isinstance(a, PartitionStart)]
+        if len(set(started)) != len(started):
+            raise CorruptLogError("a partition has two partitionStart actions", path)
     snap = TableSnapshot(version=version - 1)
     snap.apply(version, actions, path, checkpoint=state)
     return snap
