@@ -458,25 +458,25 @@ class S3Store(Store):
             self._arrow_fs_cache = self.arrow_filesystem()[0]
         return self._arrow_fs_cache
 
-    def head(self, key: str) -> ObjectInfo | None:
+    def _head_object(self, key: str) -> dict[str, Any] | None:
         full = self._full_key(key)
         try:
-            response = self._call(
+            response: dict[str, Any] = self._call(
                 "HEAD", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full)
             )
         except ObjectNotFoundError:
+            return None
+        return response
+
+    def head(self, key: str) -> ObjectInfo | None:
+        response = self._head_object(key)
+        if response is None:
             return None
         return ObjectInfo(key, _strip_etag(response["ETag"]), int(response["ContentLength"]))
 
     def modified_ms(self, key: str) -> int | None:
-        full = self._full_key(key)
-        try:
-            response = self._call(
-                "HEAD", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full)
-            )
-        except ObjectNotFoundError:
-            return None
-        modified = response.get("LastModified")
+        response = self._head_object(key)
+        modified = None if response is None else response.get("LastModified")
         return None if modified is None else int(modified.timestamp() * 1000)
 
     def clock_ms(self) -> int:
