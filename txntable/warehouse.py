@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from txntable import config
 from txntable.errors import (
+    CorruptLogError,
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     ObjectExistsError,
@@ -23,6 +24,7 @@ from txntable.groups.describe import (
     list_groups,
 )
 from txntable.layout import (
+    LOG_DIR,
     group_root,
     validate_table_name,
     version_key,
@@ -158,6 +160,9 @@ class Warehouse:
             SchemaMismatchError: ``schema`` has a type not allowed, a reserved, empty or
                 repeated name, or ``key`` names no key-able column.
             TableExistsError: If the table exists.
+            CorruptLogError: The table's log directory is not empty but has no version 0
+                (a table whose version 0 was deleted): creating over it would splice the old
+                versions onto the new table.
         """
         validate_table_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions <= 0:
@@ -175,6 +180,18 @@ class Warehouse:
             fields = schema_to_json(normalize_schema(schema, keys))
             version = (TYPED_PROTOCOL_VERSION, TYPED_PROTOCOL_VERSION)
         log = Log(self.store, name)
+        leftover = first_log_key(self.store, name)
+        if leftover is not None:
+            if self.store.exists(log.version_key(0)):
+                raise TableExistsError(f"table {name!r} already exists")
+            # Not TableExistsError: by the spec there is no table here (``table()`` says so),
+            # but a damaged one whose versions 1.. a new version 0 would adopt.
+            raise CorruptLogError(
+                f"cannot create table {name!r}: its log still holds {leftover} but no version "
+                "0 (version 0 was deleted); restore it from a backup, or delete "
+                f"{name}/ to start afresh",
+                log.version_key(0),
+            )
         actions: list[Action] = [
             Protocol(*version),
             Metadata(
@@ -227,6 +244,40 @@ class Warehouse:
             if not name.startswith("_") and self.store.exists(version_key(name, 0))
         ]
 
+    def orphaned_logs(self) -> list[str]:
+        """Names whose log directory holds objects but no version 0: tables whose version 0
+        was deleted, which :meth:`list_tables` does not list (:meth:`verify_table` reports
+        them). One delimited listing of the root, one HEAD per name, and one listing of the
+        log directory of each name without version 0."""
+        return [
+            name
+            for name in self.store.list_children("")
+            if not name.startswith("_")
+            and not self.store.exists(version_key(name, 0))
+            and first_log_key(self.store, name) is not None
+        ]
+
+    def verify_table(
+        self,
+        name: str,
+        segments: bool = True,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> VerifyReport:
+        """Check table ``name``'s log (see :meth:`Table.verify`), also when its version 0 is
+        gone (a damaged table :meth:`table` refuses to open).
+
+        Raises:
+            TableNotFoundError: If its log directory is empty.
+        """
+        from txntable.maintenance.verify import verify_log
+
+        validate_table_name(name)
+        log = Log(self.store, name)
+        if first_log_key(self.store, name) is None:
+            self.store.check_root()
+            raise TableNotFoundError(f"no table {name!r} in {self.url}")
+        return verify_log(log, name, segments=segments, progress=progress)
+
     def recover(
         self, now: int | None = None, timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT
     ) -> RecoveryReport:
@@ -264,6 +315,12 @@ class Warehouse:
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
+
+
+def first_log_key(store: Store, root: str) -> str | None:
+    """Some object of ``root``'s log directory (``None`` when it is empty): one listing,
+    stopped at its first key."""
+    return next(iter(store.list(f"{root}/{LOG_DIR}/")), None)
 
 
 def require_warehouse(warehouse: object) -> Warehouse:

@@ -330,6 +330,21 @@ def test_verify_skips_segments_on_request_and_reports_a_damaged_version(lake: st
     assert "truncated" in t["errors"][0]["message"]
 
 
+def test_verify_of_the_warehouse_reports_a_log_without_version_0(lake: str) -> None:
+    # Issue 19.1: "0 logs verified: no violation" for a table whose version 0 was deleted.
+    ok("produce", lake, "t", "-p", "0", stdin="x\ny\n")
+    (Path(lake) / "t/_log/00000000000000000000.json").unlink()
+    assert ok("tables", lake) == ""
+    result = invoke("verify", lake, "--json")
+    assert result.exit_code == 3
+    (t,) = json.loads(result.stdout)["tables"]
+    assert t["name"] == "t"
+    assert [(e["rule"], e["version"]) for e in t["errors"]][0] == ("log.missing-version", 0)
+    refused = invoke("create", lake, "t")
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("txntable: CorruptLogError: cannot create table 't'")
+
+
 def test_global_options_before_the_command(lake: str) -> None:
     # -o before the command reaches the store's validation too.
     refused = invoke("-o", "anything=1", "tables", lake)

@@ -17,8 +17,11 @@ from txntable.protocol.actions import ExpireProducer, Protocol, Segment
 from txntable.protocol.records import MERGED_SEGMENT_SCHEMA
 from txntable.protocol.snapshot import replay
 from txntable.read.reader import read_segment
+from txntable.storage import ClockAheadStore
 
 DAY = 24 * 3600 * 1000
+#: How far the store's clock is moved for log cleanup to find versions old (a year).
+LATER = 365 * DAY
 
 HISTORY = [
     Op("idem", ((0, 3), (1, 2))),
@@ -298,7 +301,10 @@ def test_log_cleanup_keeps_time_travel_to_the_window(wh: Warehouse) -> None:
     # Every version is inside the (7-day) window: nothing goes.
     assert table.clean_log().versions_deleted == 0
     assert table.snapshot_at(1).version == 1
-    report = table.clean_log(now=10**15)
+    # A clock far ahead is not enough: the store dates the versions a moment ago.
+    young = table.clean_log(now=10**15)
+    assert (young.versions_deleted, young.too_young) == (0, [cp_version])
+    report = Warehouse(store=ClockAheadStore(wh.store, LATER)).table("t").clean_log(now=10**15)
     assert report.earliest_version == cp_version
     assert report.versions_deleted == cp_version - 1
     assert wh.store.exists(table.log.version_key(0))
@@ -319,7 +325,7 @@ def test_an_old_reader_refuses_a_maintained_table(
     run_history(wh, "t", [Op("idem", ((0, 1),))] * 3)
     table = wh.table("t")
     table.optimize()
-    table.clean_log(now=10**15)
+    Warehouse(store=ClockAheadStore(wh.store, LATER)).table("t").clean_log(now=10**15)
     monkeypatch.setattr(actions, "READER_VERSION", 1)
     with pytest.raises(UnsupportedProtocolError):
         Log(wh.store, "t").load()
@@ -416,7 +422,7 @@ def test_a_maintained_table_verifies_clean(wh: Warehouse) -> None:
     report = table.verify()
     assert report.ok, report.errors
     assert report.checkpoints_checked >= 2
-    table.clean_log(now=10**15)
+    Warehouse(store=ClockAheadStore(wh.store, LATER)).table("t").clean_log(now=10**15)
     truncated = wh.table("t").verify()
     assert truncated.ok, truncated.errors
     assert truncated.start_version > 0

@@ -17,6 +17,7 @@ from txntable.maintenance.vacuum import (
     vacuum,
 )
 from txntable.protocol.actions import Batch
+from txntable.storage import ClockAheadStore
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
 from txntable.util import now_ms
 
@@ -52,8 +53,16 @@ def test_vacuum_deletes_only_old_unreferenced_files(tmp_path: pathlib.Path) -> N
     assert dry.deleted == [orphan] and dry.undated == [undated]
     assert wh.store.exists(orphan)
 
-    # Even far in the future, a committed segment is never deleted.
-    report = vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    # Vacuum refuses a clock far ahead of the store's: the young file is still in flight.
+    with pytest.raises(InvalidConfigurationError, match="ahead of the store's"):
+        vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    assert wh.store.exists(young)
+    # A dry run may look ahead; and once the store's clock is there too, the young file is
+    # old. Even then a committed segment is never deleted.
+    ahead = vacuum(table, retention_ms=2 * HOUR, dry_run=True, now=now_ms() + 1000 * HOUR)
+    assert sorted(ahead.deleted) == sorted([orphan, young])
+    later = Warehouse(store=ClockAheadStore(wh.store, 1000 * HOUR)).table("t")
+    report = vacuum(later, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
     assert sorted(report.deleted) == sorted([orphan, young])
     assert not wh.store.exists(orphan) and not wh.store.exists(young)
     assert wh.store.exists(committed) and wh.store.exists(undated)
@@ -83,7 +92,8 @@ def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
     meta, _ = TransactionCoordinator(wh.store).load("tx")  # type: ignore[misc]
     assert meta.state is TxnState.PREPARE_COMMIT
     (pending,) = meta.intent["t"]
-    report = vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    later = Warehouse(store=ClockAheadStore(wh.store, 1000 * HOUR)).table("t")
+    report = vacuum(later, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
     assert report.deleted == [] and wh.store.exists(pending.path)
     assert wh.recover().committed == ["tx"]
     first = table.snapshot().partition(0).entries[0]

@@ -41,6 +41,7 @@ from txntable.protocol.actions import (
     encode_actions,
 )
 from txntable.protocol.schema import (
+    Field,
     check_evolution,
     merge_schemas,
     normalize_schema,
@@ -91,6 +92,8 @@ def test_every_allowed_type_round_trips_through_the_json_form() -> None:
         (pa.schema([("a", pa.uint32())]), [], "not allowed"),
         (pa.schema([("a", pa.float16())]), [], "not allowed"),
         (pa.schema([("a", pa.duration("s"))]), [], "not allowed"),
+        (pa.schema([("a", pa.decimal128(5, 6))]), [], r"decimal scale 6 is not in \[0, 5\]"),
+        (pa.schema([("a", pa.decimal128(5, -1))]), [], "decimal scale -1"),
         (pa.schema([("offset", pa.int64())]), [], "reserved"),
         (pa.schema([("timestamp", pa.int64())]), [], "reserved"),
         (pa.schema([("a", pa.int64()), ("a", pa.string())]), [], "repeated"),
@@ -126,6 +129,14 @@ def test_typed_tables_need_protocol_3_and_untyped_ones_stay_readable_by_v2(
     with pytest.raises(UnsupportedProtocolError):
         warehouse.table("typed").snapshot()
     assert warehouse.table("plain").scan().to_arrow().num_rows == 0
+
+
+def test_a_decimal_scale_outside_the_precision_in_a_log_is_corrupt() -> None:
+    # Issue 21.15: Arrow takes any scale; Parquet and Spark only 0 <= scale <= precision.
+    fields = (Field("d", "decimal(10,11)"),)
+    data = encode_actions([Protocol(3, 3), Metadata("id", "t", 1, schema=fields, typed=True)])
+    with pytest.raises(CorruptLogError, match="decimal scale 11"):
+        decode_actions(data, "v")
 
 
 def test_a_typed_metadata_under_protocol_1_is_corrupt(warehouse: Warehouse) -> None:

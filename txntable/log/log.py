@@ -123,6 +123,12 @@ class CommitStats:
 #: Versions a handle that is far behind reads at once (:meth:`Log.catch_up`).
 CATCH_UP_READS = 16
 
+#: A put that completes longer than this after its handle last listed the log is checked
+#: (one LIST) before it counts: log cleanup may have deleted its version meanwhile. Far
+#: below the hour for which the store must date a checkpoint before cleanup deletes the
+#: versions under it, far above the minute between a writer's listings.
+PUT_RECHECK_MS = 10 * 60 * 1000
+
 #: Actions per checkpoint part: a larger state is written in several parts.
 CHECKPOINT_PART_ACTIONS = 50_000
 
@@ -490,6 +496,12 @@ class Log:
                 # taken while writers commit can hold version N+1 but not N. N is there:
                 # read on, and check again above it.
                 return self._probe(snap, up_to) + self.check_tip(snap, up_to)
+            covering = [c for c in listing.checkpoints if c >= missing]
+            if covering:
+                # Missing below a checkpoint is not corruption: log cleanup deletes the
+                # versions below one (the handle loaded the table before it ran), and the
+                # checkpoint holds their state. Go on from it.
+                return self._reload(snap, covering, listing, up_to, missing)
             raise CorruptLogError(
                 f"{self.root}: log version {missing} is missing, but {proof} exists: a "
                 "version was deleted; restore it (or the table) from a backup",
@@ -499,6 +511,62 @@ class Log:
             # Versions written after the probe missed them: read them now.
             return self._probe(snap, up_to)
         return 0
+
+    def _reload(
+        self,
+        snap: TableSnapshot,
+        checkpoints: list[int],
+        listing: LogListing,
+        up_to: int | None,
+        missing: int,
+    ) -> int:
+        """Replace ``snap`` (in place) by the newest readable of ``checkpoints`` (at most
+        ``up_to``), then read on from it; return how many versions that moved it.
+
+        Raises:
+            VersionNotAvailableError: Every such checkpoint is beyond ``up_to``: the target
+                version was cleaned up.
+            CorruptLogError: None of them is readable.
+        """
+        usable = sorted((c for c in checkpoints if up_to is None or c <= up_to), reverse=True)
+        if not usable:
+            assert up_to is not None
+            raise VersionNotAvailableError(up_to, min(checkpoints))
+        for c in usable:
+            try:
+                loaded = self.read_checkpoint(c, listing.parts_of(c))
+            except CorruptLogError as e:
+                _log.warning("skipping damaged checkpoint: %s", e)
+                continue
+            if loaded is None:
+                continue
+            _log.info(
+                "%s: versions from %d are gone below checkpoint %d (log cleanup): reloading "
+                "from it",
+                self.root,
+                missing,
+                c,
+            )
+            moved = loaded.version - snap.version
+            snap.become(loaded)
+            return moved + self._probe(snap, up_to) + self.check_tip(snap, up_to)
+        raise CorruptLogError(
+            f"{self.root}: log version {missing} is missing, but checkpoint {usable[0]} "
+            "exists and no checkpoint after the missing version is readable: restore the "
+            "version (or the table) from a backup",
+            self.version_key(missing),
+        )
+
+    def earliest_version(self) -> int:
+        """The oldest version still readable: 0 (never deleted), or, on a log whose
+        versions 1.. log cleanup deleted, the oldest checkpoint kept (one LIST then)."""
+        if self.read_version(1) is not None or self.read_version(0) is None:
+            return 0
+        listing = self.listing()
+        later = [v for v in listing.versions if v > 0]
+        if not later:
+            return 0
+        return min((v for v in listing.checkpoints if v >= later[0] - 1), default=later[0])
 
     # --- writing --------------------------------------------------------------------------
 
@@ -590,9 +658,43 @@ class Log:
                 self.stats.conflicts += 1
                 self.refresh(snap)
                 return False
+        if self._put_outlived_listing() and self._below_a_checkpoint(snap, version):
+            return False
         snap.apply(version, actions, key)
         self.stats.commits += 1
         self._maybe_checkpoint(snap)
+        return True
+
+    def _put_outlived_listing(self) -> bool:
+        """Whether this handle's last listing is older than :data:`PUT_RECHECK_MS` (the put
+        just made completed long after it: the process was paused, or the request hung)."""
+        listed = self._listed_at
+        return listed is None or (time.monotonic() - listed) * 1000 > PUT_RECHECK_MS
+
+    def _below_a_checkpoint(self, snap: TableSnapshot, version: int) -> bool:
+        """After a slow put of ``version``: whether a checkpoint above it exists, so that
+        log cleanup may have deleted ``version`` before the put re-created it, below the
+        checkpoint every reader loads. Then ``snap`` is reloaded from that checkpoint and
+        the put is not accepted (the caller plans again: a version that did count is in
+        the reloaded state, and its batches are duplicates then).
+
+        Log cleanup waits until the store dates a checkpoint an hour old, and a writer
+        lists at least once a minute, so only a put that outlived its listing by that much
+        can land there; one LIST after such a put rules it out.
+        """
+        listing = self.listing(after=version)
+        self._gap_checked_at = self._listed_at = time.monotonic()
+        above = [c for c in listing.checkpoints if c > version]
+        if not above:
+            return False
+        _log.warning(
+            "%s: version %d was put long after this handle listed the log, and checkpoint %d "
+            "exists above it: not counting it, reloading from the checkpoint",
+            self.root,
+            version,
+            max(above),
+        )
+        self._reload(snap, above, listing, None, version)
         return True
 
     def _backoff(self, attempt: int) -> None:

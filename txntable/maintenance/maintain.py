@@ -126,6 +126,8 @@ class LogCleanupReport:
     earliest_version: int | None = None
     versions_deleted: int = 0
     checkpoints_deleted: int = 0
+    #: Checkpoints old enough by commit time but not by the store's clock (or undated).
+    too_young: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -276,8 +278,17 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     if first_inside == snap.version and (version_time(log, snap.version) or 0) < cutoff:
         first_inside += 1  # even the latest version is outside: its checkpoint qualifies
     listing = log.listing()
+    # The window is also measured on the store's clock, the one clock every client shares:
+    # a version the store dated less than version.retention.ms ago may be the one a writer
+    # that listed the log a moment ago is about to put (it lists at least once a minute),
+    # however far ahead ``now`` or this client's clock is.
+    store_now = table.store.clock_ms()
     keep: int | None = None
     for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):
+        written = table.store.modified_ms(log.version_key(v))
+        if written is None or store_now - written < cfg.version_retention_ms:
+            report.too_young.append(v)
+            continue
         try:
             cp = log.read_checkpoint(v, listing.parts_of(v))
         except TxnTableError as e:

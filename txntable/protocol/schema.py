@@ -139,6 +139,11 @@ def field_from_json(f: Field) -> pa.Field:
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38:
             raise SchemaMismatchError(f"column {f.name!r}: decimal precision {precision}")
+        if not 0 <= scale <= precision:
+            # Parquet's and Spark's rule; Arrow alone would take any scale.
+            raise SchemaMismatchError(
+                f"column {f.name!r}: decimal scale {scale} is not in [0, {precision}]"
+            )
         t = pa.decimal128(precision, scale)
     elif (m := _TIMESTAMP.match(f.type.replace(", ", ","))) and not kids:
         t = pa.timestamp(m.group(1), tz=m.group(2))

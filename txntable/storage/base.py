@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError, InvalidPathError, ObjectNotFoundError
+from txntable.util import now_ms
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,21 @@ class Store(abc.ABC):
         """Return whether the key exists."""
         return self.head(key) is not None
 
+    def modified_ms(self, key: str) -> int | None:
+        """When the object was last written, by the store's clock (ms since the epoch);
+        ``None`` if it does not exist or the store does not say.
+
+        With :meth:`clock_ms` this measures an object's age on one clock, the store's,
+        whatever the clients' clocks say (log cleanup relies on it).
+        """
+        return None
+
+    def clock_ms(self) -> int:
+        """The store's current time (ms since the epoch): the clock :meth:`modified_ms`
+        reads. The default is this machine's clock, which is the store's for local disk and
+        memory; a remote store overrides it with its own."""
+        return now_ms()
+
     def storage_options(self) -> dict[str, str]:
         """Options that, with :attr:`url`, reopen this store in another process."""
         return {}
@@ -234,6 +250,12 @@ class StoreWrapper(Store):
 
     def storage_options(self) -> dict[str, str]:
         return self.inner.storage_options()
+
+    def modified_ms(self, key: str) -> int | None:
+        return self.inner.modified_ms(key)
+
+    def clock_ms(self) -> int:
+        return self.inner.clock_ms()
 
     def check_root(self) -> None:
         self.inner.check_root()
