@@ -90,3 +90,27 @@ def test_a_bad_line_aborts_the_transaction(tmp_path: Path) -> None:
     assert Warehouse(lake).table("t").scan().to_arrow().num_rows == 0
     bad = invoke("create", lake, "u", "--schema", '[{"name": "a", "type": "uint8"}]')
     assert bad.exit_code != 0 and "not allowed" in bad.stderr
+
+
+def test_maps_with_integer_keys_are_produced_from_json(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    schema = [
+        {"name": "id", "type": "int64", "nullable": False},
+        {"name": "counts", "type": "map", "children": [
+            {"name": "key", "type": "int32", "nullable": False},
+            {"name": "value", "type": "string"},
+        ]},
+    ]  # fmt: skip
+    ok("create", lake, "m", "--schema", json.dumps(schema))
+    lines = [
+        {"id": 1, "counts": {"7": "seven", "-1": None}},  # a JSON object's keys are text
+        {"id": 2, "counts": [[8, "eight"]]},  # or [key, value] pairs
+    ]
+    ok("produce", lake, "m", stdin="\n".join(json.dumps(x) for x in lines) + "\n")
+    rows = Warehouse(lake).table("m").scan(columns=["id", "counts"]).to_arrow().to_pylist()
+    assert rows == [
+        {"id": 1, "counts": [(7, "seven"), (-1, None)]},
+        {"id": 2, "counts": [(8, "eight")]},
+    ]
+    bad = invoke("produce", lake, "m", stdin='{"id": 3, "counts": {"x": "?"}}\n')
+    assert bad.exit_code == 1 and "line 1" in bad.stderr and "column 'counts'" in bad.stderr

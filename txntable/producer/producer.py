@@ -243,10 +243,10 @@ class Producer:
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._num_partitions: dict[str, int] = {}
-        #: Typed tables sent to: their layouts and per-column value checkers.
+        #: Typed tables sent to: their layouts and per-column value converters.
         self._typed: set[str] = set()
         self._layouts: dict[str, TypedLayout] = {}
-        self._checkers: dict[str, dict[str, Callable[[Any], None]]] = {}
+        self._converters: dict[str, dict[str, Callable[[Any], Any]]] = {}
         # Records larger than this are refused (they could never be buffered or sent).
         self._record_limit = min(max_request_size, buffer_memory)
         # send() seals a table's column lists once they hold this many record bytes, so
@@ -570,7 +570,7 @@ class Producer:
             )
             layout = table.layout
             if layout is not None:
-                self._checkers[topic] = layout.checkers()
+                self._converters[topic] = layout.converters()
                 self._layouts[topic] = layout
                 self._typed.add(topic)
             n = self._num_partitions[topic] = table.num_partitions
@@ -718,11 +718,12 @@ class Producer:
                 f"table {topic} has Kafka's record: value must be bytes, not {type(value).__name__}"
             )
         try:
-            size = RECORD_OVERHEAD + check_record(value, layout, self._checkers[topic])
+            record, size = check_record(value, layout, self._converters[topic])
         except SerializationError:
             if not self._reload_layout(topic):
                 raise
             return self._send_typed(topic, value, key, partition, headers, timestamp)
+        size += RECORD_OVERHEAD
         if size > self._record_limit:
             raise self._too_large(size)
         if partition is None:
@@ -730,7 +731,6 @@ class Producer:
         elif not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         row_memory = size + PY_RECORD_OVERHEAD
-        record = dict(value)  # the caller may reuse its dict
         ident = _get_ident()
         while True:  # as send(): lock-free appends to this thread's lists
             columns = self._open.get(topic)
@@ -770,7 +770,7 @@ class Producer:
         if layout is None or layout == self._layouts.get(topic):
             return False
         self._seal(topic)
-        self._checkers[topic] = layout.checkers()
+        self._converters[topic] = layout.converters()
         self._layouts[topic] = layout
         return True
 

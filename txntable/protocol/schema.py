@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -384,10 +386,11 @@ class TypedLayout:
         columns.append(timestamp_column(table, n, now))
         return fill_required(pa.Table.from_arrays(columns, schema=self.segment_schema))
 
-    def checkers(self) -> dict[str, Callable[[Any], None]]:
-        """Per column, a function raising ``ValueError`` for a Python value ``send``
-        cannot store in it (built once per layout)."""
-        return {f.name: _checker(f.type) for f in self.schema}
+    def converters(self) -> dict[str, Callable[[Any], Any]]:
+        """Per column, a function returning a Python value ``send`` was given as sealing
+        converts it, or raising ``ValueError`` if the column cannot hold it (built once
+        per layout)."""
+        return {f.name: _converter(f.type) for f in self.schema}
 
     def rows_table(self, rows: Sequence[Mapping[str, Any]], timestamps: np.ndarray) -> pa.Table:
         """Checked records of ``send`` (dicts) as segment rows."""
@@ -771,150 +774,204 @@ def fill_required(table: pa.Table) -> pa.Table:
 
 # --- checking Python values of send() --------------------------------------------------------
 
+#: Smallest magnitude a double rounds to infinity at in float32 (halfway between float32's
+#: largest finite value and 2**128; the tie rounds to even, which is infinity).
+_FLOAT32_OVERFLOW = float(2**128 - 2**103)
 
-def _checker(t: pa.DataType) -> Callable[[Any], None]:  # noqa: C901 - one case per type
-    """A function raising ``ValueError`` if a Python value cannot be stored as ``t``
-    (``None`` is checked by the caller, which knows the nullability)."""
+
+def _converter(t: pa.DataType) -> Callable[[Any], Any]:  # noqa: C901 - one case per type
+    """A function returning a Python value as ``pyarrow.array`` stores it in a column of
+    ``t`` (maps as lists of pairs, mappings as dicts, numbers as Python numbers), or raising
+    ``ValueError`` if it cannot be stored: whatever it accepts converts when the records are
+    sealed, so a bad value fails its ``send`` and never the producer's batch. (``None`` is
+    checked by the caller, which knows the nullability.)"""
     if pa.types.is_boolean(t):
 
-        def check_bool(v: Any) -> None:
+        def check_bool(v: Any) -> Any:
             if v.__class__ is not bool:
                 raise ValueError(f"expected bool, got {type(v).__name__}")
+            return v
 
         return check_bool
     if pa.types.is_integer(t):
         lo, hi = -(2 ** (t.bit_width - 1)), 2 ** (t.bit_width - 1) - 1
 
-        def check_int(v: Any) -> None:
-            if not isinstance(v, int | np.integer) or isinstance(v, bool):
-                raise ValueError(f"expected int, got {type(v).__name__}")
+        def check_int(v: Any) -> Any:
+            if v.__class__ is not int:
+                if not isinstance(v, int | np.integer) or isinstance(v, bool):
+                    raise ValueError(f"expected int, got {type(v).__name__}")
+                v = int(v)
             if not lo <= v <= hi:
                 raise ValueError(f"{v} is out of range for {t}")
+            return v
 
         return check_int
     if pa.types.is_floating(t):
+        # A finite value float32 cannot hold would be stored as infinity: refused, as an
+        # integer column refuses an integer out of its range.
+        limit = _FLOAT32_OVERFLOW if t == pa.float32() else math.inf
 
-        def check_float(v: Any) -> None:
-            if not isinstance(v, float | int | np.floating | np.integer) or isinstance(v, bool):
-                raise ValueError(f"expected float, got {type(v).__name__}")
+        def check_float(v: Any) -> Any:
+            if v.__class__ is not float:
+                if not isinstance(v, float | int | np.floating | np.integer) or isinstance(
+                    v, bool | np.bool_
+                ):
+                    raise ValueError(f"expected float, got {type(v).__name__}")
+                try:
+                    v = float(v)
+                except OverflowError:
+                    bits = v.bit_length()
+                    raise ValueError(f"an integer of {bits} bits is out of range for {t}") from None
+            if abs(v) >= limit and math.isfinite(v):
+                raise ValueError(f"{v!r} is out of range for {t}")
+            return v
 
         return check_float
     if pa.types.is_string(t):
 
-        def check_str(v: Any) -> None:
-            if v.__class__ is not str and not isinstance(v, str):
+        def check_str(v: Any) -> Any:
+            if not isinstance(v, str):
                 raise ValueError(f"expected str, got {type(v).__name__}")
+            if not v.isascii():
+                try:
+                    v.encode()
+                except UnicodeEncodeError as e:
+                    raise ValueError(f"not valid UTF-8 text ({e.reason})") from None
+            return v
 
         return check_str
     if pa.types.is_binary(t):
 
-        def check_bytes(v: Any) -> None:
+        def check_bytes(v: Any) -> Any:
+            if v.__class__ is bytes:
+                return v
             if not isinstance(v, bytes | bytearray | memoryview):
                 raise ValueError(f"expected bytes, got {type(v).__name__}")
+            return bytes(v)
 
         return check_bytes
     if pa.types.is_date(t):
 
-        def check_date(v: Any) -> None:
+        def check_date(v: Any) -> Any:
             if not isinstance(v, datetime.date) or isinstance(v, datetime.datetime):
                 raise ValueError(f"expected datetime.date, got {type(v).__name__}")
+            return v
 
         return check_date
-    if pa.types.is_timestamp(t):
+    if pa.types.is_timestamp(t) or pa.types.is_decimal(t):
+        kinds: tuple[type, ...]
+        if pa.types.is_timestamp(t):
+            kinds, expected = (datetime.datetime, int), "datetime.datetime or int"
+        else:
+            kinds, expected = (decimal.Decimal, int), "decimal.Decimal or int"
 
-        def check_timestamp(v: Any) -> None:
-            if isinstance(v, bool) or not isinstance(v, datetime.datetime | int):
-                raise ValueError(f"expected datetime.datetime or int, got {type(v).__name__}")
-            pa.scalar(v, t)
-
-        return check_timestamp
-    if pa.types.is_decimal(t):
-
-        def check_decimal(v: Any) -> None:
-            if isinstance(v, bool) or not isinstance(v, decimal.Decimal | int):
-                raise ValueError(f"expected decimal.Decimal or int, got {type(v).__name__}")
+        def check_scalar(v: Any) -> Any:
+            if isinstance(v, bool) or not isinstance(v, kinds):
+                raise ValueError(f"expected {expected}, got {type(v).__name__}")
             try:
-                pa.scalar(v, t)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                raise ValueError(str(e)) from None
+                pa.scalar(v, t)  # the conversion sealing does: range, precision, scale
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                raise ValueError(f"{v!r} does not fit {t} ({e})") from None
+            return v
 
-        return check_decimal
+        return check_scalar
     if pa.types.is_list(t):
-        item = _checker(t.value_type)
+        item = _converter(t.value_type)
         item_nullable = t.value_field.nullable
 
-        def check_list(v: Any) -> None:
+        def check_list(v: Any) -> Any:
             if not isinstance(v, list | tuple):
                 raise ValueError(f"expected a list, got {type(v).__name__}")
+            out: list[Any] = []
             for x in v:
                 if x is None:
                     if not item_nullable:
                         raise ValueError("null element in a list of not-null elements")
+                    out.append(None)
                 else:
-                    item(x)
+                    out.append(item(x))
+            return out
 
         return check_list
     if pa.types.is_map(t):
-        key, value = _checker(t.key_type), _checker(t.item_type)
+        key, value = _converter(t.key_type), _converter(t.item_type)
+        value_nullable = t.item_field.nullable
 
-        def check_map(v: Any) -> None:
-            pairs = v.items() if isinstance(v, Mapping) else v
-            if not isinstance(v, Mapping | list | tuple):
-                raise ValueError(f"expected a dict, got {type(v).__name__}")
+        def check_map(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                pairs: Any = v.items()
+            elif isinstance(v, list | tuple):
+                pairs = v
+            else:
+                raise ValueError(f"expected a dict or a list of pairs, got {type(v).__name__}")
+            out: list[tuple[Any, Any]] = []
             for pair in pairs:
+                # A JSON map arrives as [[key, value], ...]: 2-element lists are pairs too.
+                if not isinstance(pair, tuple | list) or len(pair) != 2:
+                    raise ValueError(f"a map entry must be a (key, value) pair, got {pair!r:.40}")
                 k, x = pair
                 if k is None:
                     raise ValueError("null map key")
-                key(k)
-                if x is not None:
-                    value(x)
+                if x is None:
+                    if not value_nullable:
+                        raise ValueError(f"null value of map key {k!r:.40}")
+                    out.append((key(k), None))
+                else:
+                    out.append((key(k), value(x)))
+            return out
 
         return check_map
     if pa.types.is_struct(t):
-        children = [(t.field(i).name, t.field(i).nullable, _checker(t.field(i).type))
+        children = [(t.field(i).name, t.field(i).nullable, _converter(t.field(i).type))
                     for i in range(t.num_fields)]  # fmt: skip
         names = {c[0] for c in children}
 
-        def check_struct(v: Any) -> None:
+        def check_struct(v: Any) -> Any:
             if not isinstance(v, Mapping):
                 raise ValueError(f"expected a dict, got {type(v).__name__}")
             extra = [k for k in v if k not in names]
             if extra:
                 raise ValueError(f"unknown field {extra[0]!r}")
-            for name, nullable, check in children:
+            out: dict[str, Any] = {}
+            for name, nullable, convert in children:
                 x = v.get(name)
                 if x is None:
                     if not nullable:
                         raise ValueError(f"field {name!r} is null")
+                    out[name] = None
                 else:
                     try:
-                        check(x)
+                        out[name] = convert(x)
                     except ValueError as e:
                         raise ValueError(f"field {name!r}: {e}") from None
+            return out
 
         return check_struct
     raise SchemaMismatchError(f"type {t} is not allowed in a record schema")  # pragma: no cover
 
 
 def check_record(
-    value: object, layout: TypedLayout, checkers: Mapping[str, Callable[[Any], None]]
-) -> int:
-    """Check one record given to ``send`` and return its approximate size in bytes.
+    value: object, layout: TypedLayout, converters: Mapping[str, Callable[[Any], Any]]
+) -> tuple[dict[str, Any], int]:
+    """Check one record given to ``send``; return it as the row sealing converts (a new
+    dict: the caller may reuse its own) and its approximate size in bytes.
 
     Raises:
         SerializationError: Not a mapping, an unknown column, a missing or null not-null
-            column, a value of the wrong type (the message names the column).
+            column, a value of the wrong type or out of its column's range (the message
+            names the column).
     """
     if not isinstance(value, Mapping):
         raise SerializationError(
             f"a typed table's record is a dict of its columns, not {type(value).__name__}"
         )
-    size = 0
     for name in value:
-        if name not in checkers:
+        if name not in converters:
             raise SerializationError(
                 f"send: unknown column {name!r}; the table's columns are {layout.schema.names}"
             )
+    size = 0
+    record: dict[str, Any] = {}
     for f in layout.schema:
         v = value.get(f.name)
         if v is None:
@@ -922,11 +979,12 @@ def check_record(
                 raise SerializationError(f"send: column {f.name!r} is null or missing")
             continue
         try:
-            checkers[f.name](v)
-        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            v = converters[f.name](v)
+        except (ValueError, TypeError) as e:
             raise SerializationError(f"send: column {f.name!r}: {e}") from None
+        record[f.name] = v
         size += len(v) if isinstance(v, str | bytes) else 8
-    return size
+    return record, size
 
 
 def typed_record_sizes(table: pa.Table) -> np.ndarray:
@@ -976,10 +1034,20 @@ def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes
         return [value_from_json(x, t.value_type, decode_binary) for x in v]
     if pa.types.is_map(t) and isinstance(v, dict):
         return [
-            (value_from_json(k, t.key_type, decode_binary),
+            (_map_key_from_json(k, t.key_type, decode_binary),
              value_from_json(x, t.item_type, decode_binary))
             for k, x in v.items()
         ]  # fmt: skip
+    if pa.types.is_map(t) and isinstance(v, list):  # [[key, value], ...]
+        pairs = []
+        for pair in v:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError(f"a map entry must be a [key, value] pair, got {pair!r:.40}")
+            pairs.append(
+                (value_from_json(pair[0], t.key_type, decode_binary),
+                 value_from_json(pair[1], t.item_type, decode_binary))
+            )  # fmt: skip
+        return pairs
     if pa.types.is_struct(t) and isinstance(v, dict):
         fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
         return {
@@ -987,6 +1055,20 @@ def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes
             for k, x in v.items()
         }
     return v
+
+
+def _map_key_from_json(
+    text: str, t: pa.DataType, decode_binary: Callable[[str], bytes]
+) -> Any:
+    """A key of a JSON object given for a map (JSON keys are text): numbers and booleans
+    as their JSON text (``"7"``, ``"true"``), any other type as :func:`value_from_json`
+    reads text."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"map key {text!r} is not a {t}") from None
+    return value_from_json(text, t, decode_binary)
 
 
 def record_from_json(
