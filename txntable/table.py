@@ -15,6 +15,7 @@ from txntable.errors import (
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     SchemaMismatchError,
 )
 from txntable.layout import segment_key
@@ -450,15 +451,29 @@ class Table:
 
         return rewrite(self, compact=False, target_bytes=target_bytes)
 
-    def compact(self, force: bool = True, now: int | None = None) -> RewriteReport:
+    def compact(
+        self, force: bool = True, now: int | None = None, ignore_cleanup_policy: bool = False
+    ) -> RewriteReport:
         """Key compaction (Kafka's log cleaner) below the LSO: keep the latest record per key.
 
         Tombstones (null values) go once ``delete.retention.ms`` has passed since a
         compaction first kept them. ``force=False`` skips partitions whose dirty ratio is
         below ``min.cleanable.dirty.ratio``.
-        """
-        from txntable.maintenance.maintain import rewrite
 
+        Raises:
+            PolicyViolationError: The table's ``cleanup.policy`` does not include
+                ``compact`` (Kafka never key-compacts such a topic: its records with
+                repeated keys are all data) and ``ignore_cleanup_policy`` is not set.
+        """
+        from txntable.maintenance.maintain import MaintenanceConfig, rewrite
+
+        if not ignore_cleanup_policy and not MaintenanceConfig.of(self.snapshot()).compact:
+            raise PolicyViolationError(
+                f"table {self.name} has cleanup.policy without compact: key compaction would "
+                "delete every record but the latest of each key. Set cleanup.policy=compact "
+                "(or compact,delete), or pass ignore_cleanup_policy=True; optimize() merges "
+                "segments without dropping records"
+            )
         return rewrite(self, compact=True, now=now, force=force)
 
     def apply_retention(self, now: int | None = None) -> RetentionReport:

@@ -451,7 +451,9 @@ def test_describe_shows_the_schema(warehouse: Warehouse) -> None:
 
 def test_maintenance_of_a_typed_table_across_an_evolution(warehouse: Warehouse) -> None:
     v1 = pa.schema([("user", pa.string()), ("n", pa.int32())])
-    table = warehouse.create_table("t", 1, schema=v1, key=["user"])
+    table = warehouse.create_table(
+        "t", 1, schema=v1, key=["user"], configuration={"cleanup.policy": "compact"}
+    )
     with Producer(warehouse, transactional_id="tx") as producer:
         producer.init_transactions()
         for i in range(3):  # three v1 segments, the last one aborted

@@ -1386,12 +1386,29 @@ def optimize(
     is_flag=True,
     help="Only partitions whose dirty ratio reaches min.cleanable.dirty.ratio.",
 )
+@click.option(
+    "--ignore-cleanup-policy",
+    is_flag=True,
+    help="Compact even a table whose cleanup.policy lacks compact (drops older records of "
+    "every key).",
+)
 @_json_flag
 def compact(
-    warehouse: str, options: dict[str, str], table: str, if_dirty: bool, as_json: bool
+    warehouse: str,
+    options: dict[str, str],
+    table: str,
+    if_dirty: bool,
+    ignore_cleanup_policy: bool,
+    as_json: bool,
 ) -> None:
-    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner)."""
-    report = _open(warehouse, options).table(table).compact(force=not if_dirty)
+    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner).
+
+    Refused unless the table's cleanup.policy includes compact."""
+    report = (
+        _open(warehouse, options)
+        .table(table)
+        .compact(force=not if_dirty, ignore_cleanup_policy=ignore_cleanup_policy)
+    )
     if as_json:
         _print_json(asdict(report))
     else:
