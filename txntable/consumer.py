@@ -30,6 +30,7 @@ from txntable.errors import (
     UnstableOffsetCommitError,
 )
 from txntable.groups.assignors import check_strategies
+from txntable.groups.member import load_group
 from txntable.groups.offsets import (
     check_offsets,
     open_group_table,
@@ -394,17 +395,23 @@ class Consumer:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         self._targets([partition])
-        self._positions[partition] = offset
+        self._set_position(partition, offset)
+
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        # A seek wins over the committed offset a newly assigned partition would start from
+        # (as Kafka: a seek in on_partitions_assigned is where it starts).
+        self._awaiting.discard(tp)
+        self._positions[tp] = offset
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Seek to the log start offset of each partition (all assigned if none given)."""
         for tp in self._targets(partitions):
-            self._positions[tp] = self._partition(tp, refresh=True).log_start_offset
+            self._set_position(tp, self._partition(tp, refresh=True).log_start_offset)
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Seek to the end offset (LSO under read_committed, else the high watermark)."""
         for tp in self._targets(partitions):
-            self._positions[tp] = self._end(self._partition(tp, refresh=True))
+            self._set_position(tp, self._end(self._partition(tp, refresh=True)))
 
     def _end(self, part: PartitionState) -> int:
         if self.isolation_level == READ_COMMITTED:
@@ -702,6 +709,8 @@ class Consumer:
             IllegalGenerationError: This consumer's generation is older than the group's
                 (a ``CommitFailedError``): when subscribed, a newer generation took some of
                 the partitions away (one in which it still owns them all is retried).
+            CommitFailedError: Not subscribed (``assign()``) while the group has live
+                members (Kafka refuses a commit without a generation to a non-empty group).
         """
         self._check_open()
         if offsets is None:
@@ -711,7 +720,10 @@ class Consumer:
             return
         sub = self._subscription
         if sub is None:
-            self.commit_for_generation(offsets, self.group_generation)
+            generation = self.group_generation
+            if generation < 0:
+                generation = self._generation_outside_group()
+            self.commit_for_generation(offsets, generation)
             return
         if sub.member_id is None or sub.generation < 0:
             raise CommitFailedError(
@@ -729,6 +741,30 @@ class Consumer:
                     raise
                 generation = newer
         self.commit_for_generation(offsets, generation)
+
+    def _generation_outside_group(self) -> int:
+        """The generation a consumer that is not a member (``assign()``) commits with: the
+        group object's, if the group has no live member.
+
+        Kafka accepts an offset commit without a generation only while the group is empty.
+        Committing with the empty group's generation keeps that true after the check: a
+        member that joins meanwhile fences a newer generation in the group log before it
+        reads offsets, and the fence refuses this commit (``IllegalGenerationError``).
+
+        Raises:
+            CommitFailedError: The group has members whose session has not expired.
+        """
+        state, _ = load_group(self.warehouse.store, self.group_id or "")
+        now = now_ms()
+        live = [m for m in state.members.values() if not m.expired(now)]
+        if live:
+            raise CommitFailedError(
+                f"group {self.group_id} has {len(live)} live member(s) in generation "
+                f"{state.generation}: a consumer outside the group (assign()) cannot commit "
+                "its offsets (Kafka's UNKNOWN_MEMBER_ID); subscribe() to join it, or use "
+                "another group_id"
+            )
+        return state.generation
 
     def commit_for_generation(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int

@@ -38,6 +38,7 @@ from txntable import __version__
 from txntable.consumer import Consumer
 from txntable.errors import SerializationError, TxnTableError
 from txntable.groups.describe import GroupDescription
+from txntable.groups.subscription import ConsumerRebalanceListener
 from txntable.maintenance.merge import RewriteReport
 from txntable.maintenance.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.maintenance.verify import RULES, VerifyReport, Violation
@@ -957,7 +958,10 @@ def consume(
     encoding: str,
 ) -> None:
     """Print the records of TABLE: a range (to the end offsets as of the start, by default)
-    or, with --follow, new records as they are committed."""
+    or, with --follow, new records as they are committed.
+
+    With --group and no --partition it joins the group (as kafka-console-consumer does):
+    it reads the partitions the group assigns it and commits as a member."""
     begin = _start_option(start)
     if as_json:
         fmt = "json"
@@ -967,36 +971,33 @@ def consume(
     consumer = Consumer(
         wh, isolation_level=isolation_level, group_id=group, auto_offset_reset="earliest"
     )
-    consumer.assign(tps)
-    if begin == "earliest" or (begin is None and group is None):
-        consumer.seek_to_beginning()
-    elif begin == "latest":
-        consumer.seek_to_end()
-    elif isinstance(begin, int):
-        for tp in tps:
-            consumer.seek(tp, begin)
     stop: dict[TopicPartition, int | None] = {tp: until for tp in tps}
     if not follow:
         for tp, end in consumer.end_offsets(tps).items():
             stop[tp] = end if until is None else min(until, end)
+    joined = group is not None and not partitions
+    if joined:
+        consumer.subscribe([table], listener=_StartAt(consumer, begin))
+    else:
+        consumer.assign(tps)
+        _seek(consumer, tps, begin if begin is not None or group is not None else "earliest")
     printer = _typed_printer if handle.layout is not None else _record_printer(fmt, encoding)
     count = 0
     reached: dict[TopicPartition, int] = {}
     idle_since = time.monotonic()
     stalled = 0
-    active = list(tps)
     try:
         while max_records is None or count < max_records:
-            active = [tp for tp in active if not _done(consumer.position(tp), stop[tp])]
-            if not active:
+            assigned = consumer.assignment()
+            active = [tp for tp in sorted(assigned) if not _done(consumer.position(tp), stop[tp])]
+            if not follow and not active and (assigned or not joined):
                 break
-            if set(active) != consumer.assignment():
-                consumer.assign(active)  # keeps positions; finished partitions are not fetched
+            # Finished partitions are paused: positions stay, nothing more is fetched.
+            consumer.pause([tp for tp in assigned if tp not in active])
             before = {tp: consumer.position(tp) for tp in active}
             limit = None if max_records is None else max_records - count
             polled = consumer.poll(timeout_ms=200 if follow else 100, max_records=limit)
-            for tp in active:
-                records = polled.get(tp, [])
+            for tp, records in sorted(polled.items()):
                 bound = stop[tp]
                 shown = [r for r in records if bound is None or r.offset < bound]
                 for r in shown:
@@ -1005,13 +1006,18 @@ def consume(
                 # What to commit: the position (past markers and aborted data too), or the
                 # stop offset when records at or past it were held back.
                 reached[tp] = consumer.position(tp) if len(shown) == len(records) else bound or 0
+            for tp in active:
+                if tp not in polled and tp in consumer.assignment():
+                    reached[tp] = consumer.position(tp)  # moved past markers only
             if polled:
                 idle_since = time.monotonic()
             if follow:
                 if idle_timeout_ms is not None and not polled:
                     if (time.monotonic() - idle_since) * 1000 >= idle_timeout_ms:
                         break
-            elif not polled and all(consumer.position(tp) == before[tp] for tp in active):
+            elif not polled and all(
+                tp in before and consumer.position(tp) == before[tp] for tp in consumer.assignment()
+            ):
                 stalled += 1  # the end offsets were taken at the start: this never lasts
                 if stalled >= 50:
                     click.echo("txntable: no progress towards the end offsets; stopping", err=True)
@@ -1022,10 +1028,34 @@ def consume(
         pass
     finally:
         sys.stdout.flush()
-    if group is not None and commit and reached:
-        consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in sorted(reached.items())})
+    owned = consumer.assignment()  # a member commits only what the group still gives it
+    done = {tp: pos for tp, pos in sorted(reached.items()) if tp in owned}
+    if group is not None and commit and done:
+        consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in done.items()})
     consumer.close()
     click.echo(f"Processed {count} record(s)", err=True)
+
+
+def _seek(consumer: Consumer, tps: list[TopicPartition], begin: str | int | None) -> None:
+    """Position ``tps`` at ``begin`` (``None``: the group's committed offset, else earliest)."""
+    if begin == "earliest":
+        consumer.seek_to_beginning(tps)
+    elif begin == "latest":
+        consumer.seek_to_end(tps)
+    elif isinstance(begin, int):
+        for tp in tps:
+            consumer.seek(tp, begin)
+
+
+class _StartAt(ConsumerRebalanceListener):
+    """Positions the partitions the group assigns at --from (none: the committed offset)."""
+
+    def __init__(self, consumer: Consumer, begin: str | int | None) -> None:
+        self.consumer = consumer
+        self.begin = begin
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        _seek(self.consumer, sorted(assigned), self.begin)
 
 
 def _done(position: int, stop: int | None) -> bool:
