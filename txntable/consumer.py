@@ -725,6 +725,7 @@ class Consumer:
                 generation = self._generation_outside_group()
             self.commit_for_generation(offsets, generation)
             return
+        sub.check_fenced()
         if sub.member_id is None or sub.generation < 0:
             raise CommitFailedError(
                 f"group {self.group_id}: this consumer is not a member of the group now (its "

@@ -19,7 +19,12 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.errors import CommitFailedError, IllegalGenerationError, IllegalStateError
+from txntable.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    IllegalStateError,
+)
 from txntable.groups.member import load_group
 from txntable.groups.subscription import ConsumerRebalanceListener
 from txntable.storage import MemoryStore
@@ -203,6 +208,36 @@ def test_static_member_restart_keeps_its_partitions(wh: Warehouse) -> None:
     assert a2.assignment() == mine
     a2.close()
     b.close()
+
+
+def test_a_duplicate_group_instance_id_fences_the_older_process(wh: Warehouse) -> None:
+    # Kafka: the older process gets a fatal FencedInstanceIdError; it never re-joins (which
+    # would fence the newer one in turn, rebalancing forever with both reading).
+    kw = dict(partition_assignment_strategy="range", session_timeout_ms=60_000)
+    lost = Recorder()
+    old = _consumer(wh, group_instance_id="host-a", **kw)
+    old.subscribe([T], listener=lost)
+    _settle([old], wh)
+    new = _consumer(wh, group_instance_id="host-a", **kw)
+    new.subscribe([T])
+    _settle([new], wh)
+    generation = load_group(wh.store, "g")[0].generation
+
+    with pytest.raises(FencedInstanceIdError):
+        for _ in range(40):  # the fence is seen at the next heartbeat or poll
+            old.poll(10)
+    with pytest.raises(FencedInstanceIdError):
+        old.poll(0)  # fatal: every later call raises too
+    with pytest.raises(FencedInstanceIdError):
+        old.commit({TopicPartition(T, 0): OffsetAndMetadata(1)})
+    assert old.assignment() == set() and lost.events[-1] == ("lost", ALL)
+    for _ in range(20):
+        new.poll(10)
+    state, _ = load_group(wh.store, "g")
+    assert state.generation == generation and new.assignment() == ALL
+    assert [m.group_instance_id for m in state.members.values()] == ["host-a"]
+    old.close()
+    new.close()
 
 
 def test_pause_resume_and_api_misuse(wh: Warehouse) -> None:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from txntable.errors import (
     CommitFailedError,
@@ -133,6 +133,9 @@ class Subscription:
         self.subscribed: frozenset[str] = frozenset()
         self._latest: GroupState | None = None
         self._lost: Exception | None = None
+        #: Set when another process joined with this member's ``group_instance_id``: fatal,
+        #: as in Kafka (re-joining would fence that process in turn, forever).
+        self.fenced: FencedInstanceIdError | None = None
         self._left_by_poll_timeout = False
         self._last_poll = time.monotonic()
         self._next_match = time.monotonic()
@@ -275,7 +278,13 @@ class Subscription:
         return state
 
     def poll(self) -> None:
-        """Called at the start of every ``poll``: join, notice loss, apply a new generation."""
+        """Called at the start of every ``poll``: join, notice loss, apply a new generation.
+
+        Raises:
+            FencedInstanceIdError: Another process joined with this consumer's
+                ``group_instance_id`` (now or before): it never joins again.
+        """
+        self.check_fenced()
         self._last_poll = time.monotonic()
         with self._lock:
             lost, left, state = self._lost, self._left_by_poll_timeout, self._latest
@@ -288,6 +297,8 @@ class Subscription:
                     state = self._heartbeat_now()
                 except (UnknownMemberIdError, FencedInstanceIdError) as e:
                     lost = e
+        if isinstance(lost, FencedInstanceIdError):
+            self._fence(lost)
         if lost is not None or left:
             self.lose()
             state = None
@@ -318,6 +329,16 @@ class Subscription:
         assert member_id is not None
         me = state.members.get(member_id)
         if me is None:
+            instance = c.group_instance_id
+            if instance is not None and any(
+                m.group_instance_id == instance for m in state.members.values()
+            ):
+                self._fence(
+                    FencedInstanceIdError(
+                        f"group {self.group_id}: another process joined as group_instance_id "
+                        f"{instance!r}; member {member_id} is fenced"
+                    )
+                )
             self.lose()
             return None
         new = {TopicPartition(t, p) for t, p in me.assignment}
@@ -334,7 +355,9 @@ class Subscription:
                     s, member_id, state.generation, now_ms(), c.group_instance_id
                 ),
             )
-        except (UnknownMemberIdError, FencedInstanceIdError):
+        except FencedInstanceIdError as e:
+            self._fence(e)
+        except UnknownMemberIdError:
             self.lose()
             return None
         if after.generation != state.generation and after.members.get(member_id) is not None:
@@ -370,6 +393,25 @@ class Subscription:
                     pass  # fenced meanwhile: the new owner reads what was committed before
         c.assign_from_group(set(self.owned) - revoked, set())
         self.owned -= revoked
+
+    def _fence(self, error: FencedInstanceIdError) -> NoReturn:
+        """Another process has this member's ``group_instance_id``: lose the partitions and
+        raise, now and at every later poll (Kafka's fatal FencedInstanceIdException)."""
+        self.fenced = error
+        self.lose()
+        raise FencedInstanceIdError(str(error))
+
+    def check_fenced(self) -> None:
+        """Raise the fencing error again if this member was fenced.
+
+        Raises:
+            FencedInstanceIdError: It was.
+        """
+        if self.fenced is not None:
+            raise FencedInstanceIdError(
+                f"{self.fenced} (the consumer stays fenced: close it; two consumers must not "
+                "share a group_instance_id)"
+            )
 
     def lose(self) -> None:
         """The member is out of the group: its partitions are lost (no commit)."""
