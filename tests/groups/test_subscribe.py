@@ -281,6 +281,26 @@ def test_pattern_subscription_picks_up_new_tables(wh: Warehouse) -> None:
     c.close()
 
 
+def test_a_subscribed_table_created_later_is_picked_up(wh: Warehouse) -> None:
+    # Kafka refreshes metadata: subscribe(["t"]) before t exists receives t once created.
+    c = _consumer(wh, heartbeat_interval_ms=50)
+    c.subscribe(["later"])
+    c.poll(10)
+    assert c.assignment() == set()
+    wh.create_table("later", partitions=2)
+    with Producer(wh) as p:
+        p.send("later", value=b"x", partition=1)
+    got = []
+    for _ in range(100):
+        for records in c.poll(20).values():
+            got.extend((r.partition, r.offset, r.value) for r in records)
+        if got:
+            break
+    assert got == [(1, 0, b"x")]
+    assert c.assignment() == {TopicPartition("later", 0), TopicPartition("later", 1)}
+    c.close()
+
+
 def test_a_consumer_that_stops_polling_leaves_and_loses_its_partitions(wh: Warehouse) -> None:
     slow = _consumer(wh, max_poll_interval_ms=400, session_timeout_ms=60_000)
     fast = _consumer(wh, session_timeout_ms=60_000)

@@ -248,6 +248,7 @@ class Subscription:
         """Join (or re-join) the group as ``member_id`` with the current subscription."""
         c = self.consumer
         counts = self._partition_counts(self.subscribed)
+        self._schedule_refresh(counts)
         return update_group(
             self._store(),
             self.group_id,
@@ -304,13 +305,31 @@ class Subscription:
             state = None
         if self.member_id is None:
             state = self.join()
-        elif self.pattern is not None and time.monotonic() >= self._next_match:
-            self._next_match = time.monotonic() + self.consumer.metadata_max_age_ms / 1000
-            if self._match() != self.subscribed:
+        elif time.monotonic() >= self._next_match:
+            assert state is not None
+            if self._metadata_changed(state):
                 state = self.join_again()
         assert state is not None
         while state is not None and state.generation > self.generation:
             state = self._apply(state)
+
+    def _metadata_changed(self, state: GroupState) -> bool:
+        """Kafka's metadata refresh: whether the subscription now resolves to other tables
+        (a pattern) or other partition counts (a table created or grown since the group
+        last counted it) than ``state`` holds. Looked up every ``metadata_max_age_ms``, and
+        every heartbeat interval while a subscribed table does not exist."""
+        if self._match() != self.subscribed:
+            return True
+        counts = self._partition_counts(self.subscribed)
+        self._schedule_refresh(counts)
+        return any(state.partitions.get(t) != n for t, n in counts.items())
+
+    def _schedule_refresh(self, counts: dict[str, int]) -> None:
+        c = self.consumer
+        wait = c.metadata_max_age_ms
+        if len(counts) < len(self.subscribed):  # a table not created yet: look again soon
+            wait = min(wait, c.heartbeat_interval_ms)
+        self._next_match = time.monotonic() + wait / 1000
 
     def join_again(self) -> GroupState:
         """Re-join with a new subscription (a pattern matched a new table)."""
