@@ -48,8 +48,8 @@ from txntable.protocol.schema import (
     Field,
     TypedLayout,
     record_from_json,
+    record_to_json,
     schema_to_json,
-    value_to_json,
 )
 from txntable.structs import (
     READ_COMMITTED,
@@ -927,10 +927,8 @@ def _start_option(value: str | None) -> str | int | None:
     "--format",
     "fmt",
     type=click.Choice(["text", "value", "json"]),
-    default="text",
-    show_default=True,
-    help="text: partition, offset, key and value, tab-separated; value: values only; "
-    "json: one object per line.",
+    help="text (default): partition, offset, key and value, tab-separated; value: values "
+    "only; json: one object per line. A typed table's records are always JSON lines.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
@@ -938,7 +936,8 @@ def _start_option(value: str | None) -> str | int | None:
     type=click.Choice(ENCODINGS),
     default="utf-8",
     show_default=True,
-    help="How keys and values are printed.",
+    help="How keys and values are printed (a typed table's binary columns: as produce "
+    "reads them with the same --encoding).",
 )
 def consume(
     warehouse: str,
@@ -953,7 +952,7 @@ def consume(
     isolation_level: str,
     group: str | None,
     commit: bool,
-    fmt: str,
+    fmt: str | None,
     as_json: bool,
     encoding: str,
 ) -> None:
@@ -967,6 +966,11 @@ def consume(
         fmt = "json"
     wh = _open(warehouse, options)
     handle = wh.table(table)
+    layout = handle.layout
+    if layout is not None and fmt in ("text", "value"):
+        raise click.UsageError(
+            f"--format {fmt} does not apply to a typed table: its records print as JSON lines"
+        )
     tps = [TopicPartition(table, p) for p in (partitions or range(handle.num_partitions))]
     consumer = Consumer(
         wh, isolation_level=isolation_level, group_id=group, auto_offset_reset="earliest"
@@ -981,7 +985,11 @@ def consume(
     else:
         consumer.assign(tps)
         _seek(consumer, tps, begin if begin is not None or group is not None else "earliest")
-    printer = _typed_printer if handle.layout is not None else _record_printer(fmt, encoding)
+    printer = (
+        _record_printer(fmt or "text", encoding)
+        if layout is None
+        else _typed_printer(layout, encoding)
+    )
     count = 0
     reached: dict[TopicPartition, int] = {}
     idle_since = time.monotonic()
@@ -1062,13 +1070,18 @@ def _done(position: int, stop: int | None) -> bool:
     return stop is not None and position >= stop
 
 
-def _typed_printer(r: ConsumerRecord) -> None:
-    """A typed table's record as one JSON line: its columns, then partition, offset and
-    timestamp (what ``produce`` reads back)."""
-    assert isinstance(r.value, dict)
-    row = {k: value_to_json(v) for k, v in r.value.items()}
-    row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
-    click.echo(json.dumps(row, ensure_ascii=False))
+def _typed_printer(layout: TypedLayout, encoding: str) -> Callable[[ConsumerRecord], None]:
+    """A typed table's record as one JSON line: its columns (binary in ``encoding``), then
+    partition, offset and timestamp — what ``produce`` with that encoding reads back."""
+
+    def show_typed(r: ConsumerRecord) -> None:
+        assert isinstance(r.value, dict)
+        where = f"a binary value of {r.topic}-{r.partition}@{r.offset}"
+        row = record_to_json(r.value, layout, lambda b: _encode_bytes(b, encoding, where) or "")
+        row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
+        click.echo(json.dumps(row, ensure_ascii=False))
+
+    return show_typed
 
 
 def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]:

@@ -1092,21 +1092,40 @@ def record_from_json(
     return out
 
 
-def value_to_json(v: Any) -> Any:
-    """A value read from a typed table as JSON (dates and timestamps as ISO-8601,
-    decimals as text, binary as its base64 — the CLI's output)."""
-    import base64
-
+def value_to_json(v: Any, t: pa.DataType, encode_binary: Callable[[bytes], str]) -> Any:
+    """A value read from a column of type ``t`` of a typed table as JSON (the CLI's output,
+    what :func:`value_from_json` reads back): dates and timestamps as ISO-8601, decimals as
+    text, binary as ``encode_binary`` writes it, a map as an object (keys as text: numbers
+    and booleans as their JSON) or, when its keys are not text, numbers, booleans, dates,
+    timestamps or decimals, as ``[key, value]`` pairs."""
+    if v is None:
+        return None
+    if pa.types.is_binary(t):
+        return encode_binary(v)
     if isinstance(v, datetime.date | datetime.datetime):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):
         return str(v)
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if isinstance(v, list):
-        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):  # a map's pairs
-            return {str(k): value_to_json(x) for k, x in v}
-        return [value_to_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: value_to_json(x) for k, x in v.items()}
+    if pa.types.is_list(t):
+        return [value_to_json(x, t.value_type, encode_binary) for x in v]
+    if pa.types.is_struct(t):
+        fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+        return {k: value_to_json(x, fields[k], encode_binary) for k, x in v.items()}
+    if pa.types.is_map(t):
+        pairs = [
+            (value_to_json(k, t.key_type, encode_binary),
+             value_to_json(x, t.item_type, encode_binary))
+            for k, x in v
+        ]  # fmt: skip
+        if pa.types.is_nested(t.key_type):
+            return [list(p) for p in pairs]
+        return {k if isinstance(k, str) else json.dumps(k): x for k, x in pairs}
     return v
+
+
+def record_to_json(
+    value: Mapping[str, Any], layout: TypedLayout, encode_binary: Callable[[bytes], str]
+) -> dict[str, Any]:
+    """A typed record's columns as JSON (:func:`value_to_json` per column)."""
+    schema = layout.schema
+    return {k: value_to_json(v, schema.field(k).type, encode_binary) for k, v in value.items()}
