@@ -167,3 +167,33 @@ def test_every_accepted_value_converts_when_sealed(column: str, value: Any) -> N
     if ALL_TYPES.field(column).type == pa.float32() and isinstance(row.get(column), float):
         # float32 holds every accepted value finitely, or it was given as inf / nan
         assert math.isinf(stored) == math.isinf(row[column])
+
+
+# --- float32 range (item 8 of issue 19): refused like an integer out of range -------------
+
+
+def test_float32_refuses_finite_values_it_would_store_as_infinity(wh: Warehouse) -> None:
+    with Producer(wh) as p:
+        with pytest.raises(SerializationError, match="column 'ratio'"):
+            p.send("t", {"id": 1, "ratio": 1e300})
+        with pytest.raises(SerializationError, match="column 'ratio', row 1: .*out of range"):
+            p.send_batch("t", pa.table({"id": [2, 3], "ratio": [1.0, -1e39]}))
+        p.send("t", {"id": 4, "ratio": float("inf")})  # infinity given as such is a value
+        p.send_batch("t", pa.table({"id": [5, 6], "ratio": [3.4028234e38, float("-inf")]}))
+        p.flush()
+    rows = [(r["id"], r["ratio"]) for r in read_all(wh)]
+    assert rows == [(4, math.inf), (5, 3.4028234663852886e38), (6, -math.inf)]
+
+
+def test_float32_inside_nested_columns_refuses_overflow_by_row(tmp_path: Any) -> None:
+    wh = Warehouse(str(tmp_path))
+    nested = pa.schema([("xs", pa.list_(pa.float32())), ("s", pa.struct([("x", pa.float32())]))])
+    wh.create_table("n", 1, schema=nested)
+    with Producer(wh) as p:
+        with pytest.raises(SerializationError, match="column 'xs', row 2"):
+            p.send_batch("n", {"xs": [[1.0], None, [2.0, 5e38]]})
+        with pytest.raises(SerializationError, match="column 's', row 1"):
+            p.send_batch("n", {"s": [None, {"x": -5e38}]})
+        with pytest.raises(SerializationError, match="column 'xs'"):
+            p.send("n", {"xs": [1e300]})
+    assert wh.table("n").scan().to_arrow().num_rows == 0

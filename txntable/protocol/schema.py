@@ -562,17 +562,47 @@ def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
         if _has_struct(column.type):
             column = pa.chunked_array([_blank_under_nulls(c) for c in column.chunks], column.type)
         try:
-            column = column.cast(f.type)
+            cast = column.cast(f.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             row = _first_bad_row(column, f.type)
             raise SerializationError(
                 f"{what}: column {f.name!r}, row {row}: value does not fit {f.type} ({e})"
             ) from None
+        if _infinities(cast) > _infinities(column):
+            # Arrow's cast to float32 rounds a finite value beyond its range to ±inf:
+            # refused, as a cast to an integer type refuses a value out of its range.
+            row = next(i for i in range(len(column)) if _overflows(column.slice(i, 1), f.type))
+            raise SerializationError(
+                f"{what}: column {f.name!r}, row {row}: value is out of range for {f.type}"
+            )
+        column = cast
     if not f.nullable and column.null_count:
         row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
         raise SerializationError(f"{what}: column {f.name!r}, row {row}: null in a not-null column")
     _check_nested_nulls(column, f, what)
     return column
+
+
+def _infinities(column: pa.ChunkedArray | pa.Array) -> int:
+    """How many ±inf values the floating-point leaves of ``column`` hold (0 without any)."""
+    t = column.type
+    if pa.types.is_floating(t):
+        return int(pc.sum(pc.is_inf(column)).as_py() or 0)
+    if isinstance(column, pa.ChunkedArray):
+        return sum(_infinities(c) for c in column.chunks)
+    if pa.types.is_struct(t):
+        return sum(_infinities(child) for child in column.flatten())
+    if pa.types.is_map(t):  # as the list of its entries (list_flatten has no map kernel)
+        entries = pa.struct([pa.field("key", t.key_type, nullable=False), t.item_field])
+        return _infinities(column.cast(pa.list_(entries)))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _infinities(column.flatten())
+    return 0
+
+
+def _overflows(column: pa.ChunkedArray, t: pa.DataType) -> bool:
+    """Whether casting ``column`` to ``t`` turns a finite value into ±inf."""
+    return _infinities(column.cast(t)) > _infinities(column)
 
 
 def castable(src: pa.DataType, dst: pa.DataType) -> bool:
