@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import json
 import math
 import re
+import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -143,6 +145,8 @@ def field_from_json(f: Field) -> pa.Field:
             raise SchemaMismatchError(f"column {f.name!r}: decimal precision {precision}")
         t = pa.decimal128(precision, scale)
     elif (m := _TIMESTAMP.match(f.type.replace(", ", ","))) and not kids:
+        if m.group(2) is not None:
+            _check_zone(m.group(2), f.name)
         t = pa.timestamp(m.group(1), tz=m.group(2))
     elif name == "list" and len(kids) == 1:
         t = pa.list_(field_from_json(kids[0]).with_name("element"))
@@ -156,6 +160,28 @@ def field_from_json(f: Field) -> pa.Field:
             f"column {f.name!r}: type {f.type!r} with {len(kids)} children is not allowed"
         )
     return pa.field(f.name, t, f.nullable)
+
+
+_OFFSET_ZONE = re.compile(r"^[+-]([01]\d|2[0-3]):[0-5]\d$")
+
+
+@functools.cache
+def _check_zone(zone: str, column: str) -> None:
+    """Refuse a time zone readers could not convert: an IANA name the zone database does
+    not know (``Europe/Pari``) or an offset that is not ``±HH:MM``.
+
+    Raises:
+        SchemaMismatchError: Naming the column and the zone.
+    """
+    if _OFFSET_ZONE.match(zone):
+        return
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise SchemaMismatchError(
+            f"column {column!r}: unknown time zone {zone!r} (an IANA name such as "
+            "'Europe/Paris' or 'UTC', or an offset such as '+05:30')"
+        ) from None
 
 
 def schema_to_json(schema: pa.Schema) -> tuple[Field, ...]:
