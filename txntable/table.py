@@ -26,6 +26,7 @@ from txntable.protocol.actions import (
     Batch,
     CommitPlan,
     LogStart,
+    Segment,
 )
 from txntable.protocol.append import (
     AppendResult,
@@ -72,8 +73,11 @@ class OpenTransaction:
     #: Transactional id carried by the transaction's first batch (None if it has none).
     transactional_id: str | None = None
     #: Smallest record timestamp of the transaction's first batch on the partition: the
-    #: log's own evidence of when it started (the coordinator object has the exact time).
+    #: log's own evidence of when it started (record timestamps are the producer's, any value).
     start_timestamp: int = 0
+    #: When the transaction began, from its coordinator object (Kafka's
+    #: ``transactionStartTimeMs``); ``None`` when the object is gone or has moved on.
+    txn_start_timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ class PartitionDescription:
     last_stable_offset: int
     open_transactions: tuple[OpenTransaction, ...]
     producers: tuple[ProducerDescription, ...] = ()
-    #: Segments referenced by the partition's batches, and their bytes.
+    #: Segment files the partition's entries reference (batches' and merged ones'), and their
+    #: bytes.
     segments: int = 0
     segment_bytes: int = 0
 
@@ -540,13 +545,42 @@ class Table:
         snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
         layout = layout_of(snap.metadata)
+        partitions = tuple(_describe_partition(p) for p in snap.partitions)
         return TableDescription(
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
-            partitions=tuple(_describe_partition(p) for p in snap.partitions),
+            partitions=self._with_start_times(partitions),
             schema=layout.schema if layout else None,
             key_columns=layout.key_columns if layout else (),
+        )
+
+    def _with_start_times(
+        self, partitions: tuple[PartitionDescription, ...]
+    ) -> tuple[PartitionDescription, ...]:
+        """Open transactions with their start time from the coordinator (one read per
+        transactional id): the record timestamps the log has are whatever producers set."""
+        from txntable.txn.coordinator import TransactionCoordinator
+
+        coordinator = TransactionCoordinator(self.store)
+        starts: dict[str, tuple[int, int] | None] = {}
+        for p in partitions:
+            for o in p.open_transactions:
+                tid = o.transactional_id
+                if tid is not None and tid not in starts:
+                    loaded = coordinator.load(tid)
+                    meta = loaded[0] if loaded else None
+                    starts[tid] = (meta.producer_id, meta.txn_start_timestamp) if meta else None
+
+        def timed(o: OpenTransaction) -> OpenTransaction:
+            found = starts.get(o.transactional_id or "")
+            if found is None or found[0] != o.producer_id or found[1] < 0:
+                return o
+            return replace(o, txn_start_timestamp=found[1])
+
+        return tuple(
+            replace(p, open_transactions=tuple(timed(o) for o in p.open_transactions))
+            for p in partitions
         )
 
     def __repr__(self) -> str:
@@ -566,7 +600,7 @@ def _describe_partition(p: PartitionState) -> PartitionDescription:
                 batch.minTimestamp if batch else 0,
             )
         )
-    batches = [e for e in p.entries if isinstance(e, Batch)]
+    files = {e.path: e.size for e in p.entries if isinstance(e, Batch | Segment) and e.path}
     return PartitionDescription(
         partition=p.partition,
         log_start_offset=p.log_start_offset,
@@ -579,6 +613,6 @@ def _describe_partition(p: PartitionState) -> PartitionDescription:
             )
             for pid, e in sorted(p.producers.items())
         ),
-        segments=len(batches),
-        segment_bytes=sum(b.size for b in batches),
+        segments=len(files),
+        segment_bytes=sum(files.values()),
     )

@@ -254,6 +254,19 @@ def test_follow_stops_after_the_idle_timeout(history: str) -> None:
 # --- inspection -------------------------------------------------------------------------------
 
 
+def test_describe_ages_an_open_transaction_by_its_coordinator(
+    lake: str, left_open: list[Producer]
+) -> None:
+    p = Producer(Warehouse(lake), transactional_id="stamps", linger_ms=0)
+    left_open.append(p)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"v", partition=0, timestamp=5).result(timeout=10)  # a 1970 stamp
+    (row,) = [line for line in ok("describe", lake, "t").splitlines() if "stamps" in line]
+    age = row.split()[-1]
+    assert age.endswith("ms") or (age.endswith("s") and age[:-1].isdigit()), row
+
+
 def test_groups_show_a_pending_transactional_commit(
     lake: str, left_open: list[Producer]
 ) -> None:

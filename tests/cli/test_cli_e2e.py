@@ -138,7 +138,9 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     stuck.begin_transaction()
     stuck.send("orders", value=b"late", partition=1).result()
     stuck_pid = stuck.producer_id
-    start = wh.table("orders").describe().partitions[1].open_transactions[0].start_timestamp
+    (opened,) = wh.table("orders").describe().partitions[1].open_transactions
+    start, began = opened.start_timestamp, opened.txn_start_timestamp
+    assert began == TransactionCoordinator(wh.store).load("stuck")[0].txn_start_timestamp  # type: ignore[index]
     d = ok_json("describe", url, "orders", "--json")
     etl_pid = TransactionCoordinator(wh.store).load("etl")[0].producer_id  # type: ignore[index]
     # Record timestamps and segment sizes are the writer's; everything else is exact.
@@ -173,7 +175,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 "last_stable_offset": 2,
                 "open_transactions": [
                     {"producer_id": stuck_pid, "first_offset": 2, "transactional_id": "stuck",
-                     "start_timestamp": start}
+                     "start_timestamp": start, "txn_start_timestamp": began}
                 ],
                 "producers": [
                     {"producer_id": etl_pid, "producer_epoch": 0, "last_sequence": 0,

@@ -500,7 +500,10 @@ def _print_description(d: TableDescription, producers: bool) -> None:
                 _text(o.producer_id),
                 _text(o.transactional_id or "-"),
                 _text(o.first_offset),
-                _text(_age(now - o.start_timestamp) if o.start_timestamp else "-", "yellow"),
+                _text(
+                    "-" if o.txn_start_timestamp is None else _age(now - o.txn_start_timestamp),
+                    "yellow",
+                ),
             )
         cli.print_table(t)
     if producers:
