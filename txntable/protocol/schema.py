@@ -530,6 +530,8 @@ class TypedLayout:
                 arrays.append(column if column.type == f.type else column.cast(f.type))
             else:  # decoded under an older schema than this one
                 arrays.append(pa.nulls(n, f.type))
+        if not arrays:  # no column asked for: the rows still count
+            return rows.select([])
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
