@@ -90,7 +90,9 @@ class Consumer:
         group_id: Consumer group whose committed offsets positions start from and
             ``commit`` writes to (``_groups/<group_id>/_log``).
         enable_auto_commit: Commit positions every ``auto_commit_interval_ms`` during
-            ``poll`` and on ``close`` (needs ``group_id``).
+            ``poll`` and on ``close``. Default (``None``): on with a ``group_id``, as Kafka's
+            clients (off without one); a consumer whose offsets a transaction commits needs
+            ``False``.
         group_generation: Generation carried by offset commits; a commit older than one
             already in the group log is refused (a fenced member).
         unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
@@ -114,7 +116,7 @@ class Consumer:
         max_poll_records: int = config.MAX_POLL_RECORDS_DEFAULT,
         fetch_backoff_ms: int = config.FETCH_BACKOFF_MS_DEFAULT,
         group_id: str | None = None,
-        enable_auto_commit: bool = False,
+        enable_auto_commit: bool | None = None,
         auto_commit_interval_ms: int = config.AUTO_COMMIT_INTERVAL_MS_DEFAULT,
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
@@ -134,6 +136,8 @@ class Consumer:
         if enable_auto_commit and group_id is None:
             # Kafka's ConfigException: auto-commit has nowhere to commit to without a group.
             raise InvalidConfigurationError("enable_auto_commit=True needs a group_id")
+        if enable_auto_commit is None:  # Kafka's default, turned off without a group
+            enable_auto_commit = group_id is not None
         self.warehouse = warehouse
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
@@ -677,9 +681,12 @@ class Consumer:
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         sub = self._subscription
+        auto = self.enable_auto_commit
         if sub is not None:
-            return ConsumerGroupMetadata(self.group_id, sub.generation, sub.member_id or "")
-        return ConsumerGroupMetadata(self.group_id, self.group_generation)
+            return ConsumerGroupMetadata(
+                self.group_id, sub.generation, sub.member_id or "", auto_commit=auto
+            )
+        return ConsumerGroupMetadata(self.group_id, self.group_generation, auto_commit=auto)
 
     def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
         """The group's committed offset for ``partition``, or ``None``.

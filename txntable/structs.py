@@ -7,7 +7,7 @@ committed offsets, group metadata, and the two isolation levels.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple
 
 from txntable.errors import InvalidArgumentTypeError
@@ -119,6 +119,9 @@ class ConsumerGroupMetadata:
     group_id: str
     generation_id: int = -1
     member_id: str = ""
+    #: Whether the consumer that made it auto-commits: its own commits of positions would
+    #: race the transaction's (``send_offsets_to_transaction`` refuses it).
+    auto_commit: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -250,6 +250,7 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
                     group_id=CTP_GROUP,
                     auto_offset_reset="earliest",
                     unstable_offset_timeout_ms=20_000,
+                    enable_auto_commit=False,  # offsets commit with the transactions
                 )
                 c.assign(tps)
                 for tp in tps:

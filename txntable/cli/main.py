@@ -976,7 +976,11 @@ def consume(
         )
     tps = [TopicPartition(table, p) for p in (partitions or range(handle.num_partitions))]
     consumer = Consumer(
-        wh, isolation_level=isolation_level, group_id=group, auto_offset_reset="earliest"
+        wh,
+        isolation_level=isolation_level,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,  # --commit / --no-commit decide
     )
     stop: dict[TopicPartition, int | None] = {tp: until for tp in tps}
     if not follow:

@@ -462,6 +462,8 @@ class Producer:
             KafkaTimeoutError: Storage kept failing for ``max_block_ms``; the transaction
                 must be aborted.
             ProducerFencedError: The producer was fenced.
+            InvalidConfigurationError: ``group_metadata`` comes from a consumer that
+                auto-commits (nothing is sent; the transaction is unaffected).
         """
         txn = self._require_txn()
         offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
@@ -473,6 +475,13 @@ class Producer:
             raise InvalidArgumentTypeError(
                 "group_metadata must be a ConsumerGroupMetadata (consumer.group_metadata()) or "
                 f"a group id, not {type(group_metadata).__name__}"
+            )
+        if meta.auto_commit:
+            # Its plain commits of positions would move the group past records whose
+            # transaction may still abort: exactly-once needs auto-commit off (Kafka too).
+            raise InvalidConfigurationError(
+                f"the consumer of group {meta.group_id} auto-commits its positions: create it "
+                "with enable_auto_commit=False to commit its offsets in transactions"
             )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
         assert self.transactional_id is not None
