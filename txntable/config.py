@@ -261,6 +261,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "max_poll_interval_ms": int_at_least(1),
     "partition_assignment_strategy": assignment_strategy,
     "metadata_max_age_ms": int_at_least(0),
+    "consumer_timeout_ms": optional(int_at_least(0)),
 }
 
 #: ``Table.scan`` arguments (offsets and partitions are checked by the planning).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 
@@ -26,6 +27,7 @@ from txntable.errors import (
     InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    TableNotFoundError,
     TxnTableError,
     UnstableOffsetCommitError,
 )
@@ -101,6 +103,8 @@ class Consumer:
         fetch_max_bytes: Segment bytes (as stored) fetched in the background ahead of the
             positions, so object-store latency overlaps the caller's work (Kafka's
             ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
+        consumer_timeout_ms: Iterating the consumer (``for record in consumer``) stops
+            after this long without a record (kafka-python's); ``None``: never.
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
@@ -130,6 +134,7 @@ class Consumer:
             config.PARTITION_ASSIGNMENT_STRATEGY_DEFAULT
         ),
         metadata_max_age_ms: int = config.METADATA_MAX_AGE_MS_DEFAULT,
+        consumer_timeout_ms: int | None = None,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
@@ -170,6 +175,12 @@ class Consumer:
         #: Newly assigned partitions whose committed offset is still unstable (KIP-447).
         self._awaiting: set[TopicPartition] = set()
         self._next_stuck_check = 0.0
+        self.consumer_timeout_ms = consumer_timeout_ms
+        #: Records polled for iteration and not yielded yet, and per partition how many
+        #: and the position after them (``for record in consumer``).
+        self._iterated: deque[ConsumerRecord] = deque()
+        self._iterated_left: dict[TopicPartition, int] = {}
+        self._iterated_end: dict[TopicPartition, int] = {}
 
     # --- assignment and positions ----------------------------------------------------------
 
@@ -205,6 +216,7 @@ class Consumer:
         self._check_open()
         if self._subscription is not None:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
+        self._drop_iterated()
         tps = list(dict.fromkeys(check_topic_partitions(partitions)))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
@@ -366,13 +378,18 @@ class Consumer:
 
     # --- pause / resume --------------------------------------------------------------------
 
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        """Stop returning records of these assigned partitions (positions are kept)."""
-        self._paused.update(self._targets(check_topic_partitions(partitions)))
+    def pause(self, *partitions: TopicPartition | Iterable[TopicPartition]) -> None:
+        """Stop returning records of these assigned partitions (positions are kept).
 
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return records of these paused partitions again."""
-        for tp in check_topic_partitions(partitions):
+        Takes a list of partitions, or kafka-python's form ``pause(tp1, tp2)``.
+        """
+        tps = _partitions_argument(partitions) or []
+        self._drop_iterated()
+        self._paused.update(self._targets(tps))
+
+    def resume(self, *partitions: TopicPartition | Iterable[TopicPartition]) -> None:
+        """Return records of these paused partitions again (a list, or ``resume(tp1, tp2)``)."""
+        for tp in _partitions_argument(partitions) or []:
             self._paused.discard(tp)
 
     def paused(self) -> set[TopicPartition]:
@@ -404,17 +421,24 @@ class Consumer:
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         # A seek wins over the committed offset a newly assigned partition would start from
         # (as Kafka: a seek in on_partitions_assigned is where it starts).
+        self._drop_iterated()
         self._awaiting.discard(tp)
         self._positions[tp] = offset
 
-    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Seek to the log start offset of each partition (all assigned if none given)."""
-        for tp in self._targets(partitions):
+    def seek_to_beginning(
+        self, *partitions: TopicPartition | Iterable[TopicPartition] | None
+    ) -> None:
+        """Seek to the log start offset of each partition (all assigned if none given).
+
+        Takes a list of partitions, or kafka-python's form ``seek_to_beginning(tp1, tp2)``.
+        """
+        for tp in self._targets(_partitions_argument(partitions)):
             self._set_position(tp, self._partition(tp, refresh=True).log_start_offset)
 
-    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Seek to the end offset (LSO under read_committed, else the high watermark)."""
-        for tp in self._targets(partitions):
+    def seek_to_end(self, *partitions: TopicPartition | Iterable[TopicPartition] | None) -> None:
+        """Seek to the end offset (LSO under read_committed, else the high watermark) of each
+        partition (all assigned if none given; a list, or ``seek_to_end(tp1, tp2)``)."""
+        for tp in self._targets(_partitions_argument(partitions)):
             self._set_position(tp, self._end(self._partition(tp, refresh=True)))
 
     def _end(self, part: PartitionState) -> int:
@@ -486,6 +510,78 @@ class Consumer:
         tps = check_topic_partitions(partitions)
         return {tp: self._partition(tp, refresh=True).log_start_offset for tp in tps}
 
+    def highwater(self, partition: TopicPartition) -> int:
+        """The last known high watermark of an assigned partition (kafka-python's): from the
+        table's snapshot of the last poll or offset lookup, without reading storage.
+
+        Raises:
+            InvalidArgumentTypeError: Not a ``TopicPartition``.
+            IllegalStateError: The partition is not assigned.
+        """
+        self._targets([check_topic_partition(partition)])
+        return self._partition(partition).high_watermark
+
+    # --- metadata (kafka-python's names) ------------------------------------------------
+
+    def topics(self) -> set[str]:
+        """The warehouse's tables (Kafka's topics)."""
+        self._check_open()
+        return set(self.warehouse.list_tables())
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic``; empty if there is no such table (as
+        kafka-python's)."""
+        self._check_open()
+        if not isinstance(topic, str):
+            raise InvalidArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+        try:
+            return set(range(self.partition_count(topic)))
+        except TableNotFoundError:
+            return set()
+
+    # --- iteration (kafka-python's ``for record in consumer``) ---------------------------
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, polling as needed; ``StopIteration`` once the consumer is closed
+        or after ``consumer_timeout_ms`` without a record.
+
+        A record's partition's position moves past it as it is returned (kafka-python's), so
+        ``position()`` and commits count only the records the loop has seen.
+        """
+        if self._closed:
+            raise StopIteration
+        wait = self.consumer_timeout_ms
+        deadline = None if wait is None else time.monotonic() + wait / 1000
+        while not self._iterated:
+            left = 1000 if deadline is None else int((deadline - time.monotonic()) * 1000)
+            if left <= 0 and deadline is not None:
+                raise StopIteration
+            for tp, records in self.poll(timeout_ms=max(0, min(left, 1000))).items():
+                if records:
+                    self._iterated.extend(records)
+                    self._iterated_left[tp] = len(records)
+                    self._iterated_end[tp] = self._positions[tp]
+                    self._positions[tp] = records[0].offset  # not returned yet
+        record = self._iterated.popleft()
+        tp = TopicPartition(record.topic, record.partition)
+        self._iterated_left[tp] -= 1
+        if self._iterated_left[tp]:
+            self._positions[tp] = record.offset + 1
+        else:  # the poll's own position: past trailing markers and aborted batches too
+            self._positions[tp] = self._iterated_end.pop(tp)
+            del self._iterated_left[tp]
+        return record
+
+    def _drop_iterated(self) -> None:
+        """Forget records polled for iteration but not returned (their partitions' positions
+        already stand at the first of them)."""
+        self._iterated.clear()
+        self._iterated_left.clear()
+        self._iterated_end.clear()
+
     # --- polling -------------------------------------------------------------------------
 
     def poll(
@@ -502,6 +598,7 @@ class Consumer:
                 is ``none``.
             MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
+        self._drop_iterated()  # their positions stand at the first of them: polled again
         out = {}
         for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
             layout = self._layout(tp)
@@ -527,6 +624,7 @@ class Consumer:
             OffsetOutOfRangeError: As :meth:`poll`.
             MissingSegmentError: As :meth:`poll`.
         """
+        self._drop_iterated()
         out = {}
         for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
             layout = self._layout(tp)
@@ -836,3 +934,19 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _partitions_argument(
+    args: tuple[TopicPartition | Iterable[TopicPartition] | None, ...],
+) -> list[TopicPartition] | None:
+    """The partitions given to ``seek_to_beginning`` and the like: one list of them (this
+    client's form), kafka-python's ``f(tp1, tp2)``, or none at all (``None``).
+
+    Raises:
+        InvalidArgumentTypeError: Anything else.
+    """
+    if not args or (len(args) == 1 and args[0] is None):
+        return None
+    if len(args) == 1 and not isinstance(args[0], TopicPartition):
+        return check_topic_partitions(args[0])
+    return check_topic_partitions(args)

@@ -412,7 +412,9 @@ def test_poll_records_carry_every_field(history: History) -> None:
     consumer = Consumer(history.wh, isolation_level="read_committed", auto_offset_reset="earliest")
     consumer.assign([TP0])
     record = consumer.poll(max_records=1)[TP0][0]
-    assert record == (T, 0, 0, b"k", b"a0", [("h", b"a0")], 7)
+    # kafka-python's order: topic, partition, leader_epoch, offset, timestamp,
+    # timestamp_type, key, value, headers, checksum, then the serialized sizes
+    assert record == (T, 0, -1, 0, 7, 0, b"k", b"a0", [("h", b"a0")], None, 1, 2, 3)
     assert (record.topic, record.partition, record.offset, record.timestamp) == (T, 0, 0, 7)
     assert record.headers == [("h", b"a0")]
     consumer.close()

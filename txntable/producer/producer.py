@@ -601,12 +601,16 @@ class Producer:
         partition: int | None = None,
         headers: Sequence[Header] | None = None,
         timestamp: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
         """Buffer a record for ``topic``; the future completes when its batch is committed.
 
         With no ``partition``, the partition is chosen when the buffered records are sealed
         (vectorised murmur2 of the key as Kafka's Java client; the sticky partition for a
-        null key), and reported by the future.
+        null key), and reported by the future. ``timestamp_ms`` is kafka-python's name of
+        ``timestamp`` (give one of them; kafka-python's positional order differs after
+        ``key``: pass ``headers``, ``partition`` and the timestamp by name).
 
         Raises:
             SerializationError: Key, value, a header or the timestamp has the wrong type.
@@ -620,6 +624,10 @@ class Producer:
         """
         # The per-record path: validation, one tuple appended without a lock, and a handle.
         # Partitioning, Arrow conversion, futures and memory accounting are per batch.
+        if timestamp_ms is not None:
+            if timestamp is not None:
+                raise InvalidArgumentTypeError("give timestamp or timestamp_ms, not both")
+            timestamp = timestamp_ms
         if self._closed or self._sender_error is not None:
             self._check_usable()
         txn = self.txn
@@ -1023,9 +1031,22 @@ class Producer:
         self._enqueue(topic, runs, columns.memory)  # the lists are freed with ``columns``
         _return_freed_memory()
 
-    def flush(self) -> None:
-        """Send everything buffered and wait until it is committed (or failed)."""
-        self._wait_all()
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until it is committed (or failed).
+
+        Args:
+            timeout: Seconds to wait at most (kafka-python's argument); ``None``: no limit.
+
+        Raises:
+            KafkaTimeoutError: Records were still in flight after ``timeout`` seconds (they
+                stay buffered and are still sent).
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+        ):
+            raise InvalidArgumentTypeError(f"timeout must be seconds >= 0, not {timeout!r:.40}")
+        if not self._wait_all(timeout):
+            raise KafkaTimeoutError(f"flush: records still in flight after {timeout} s")
 
     def _pending_results(self) -> set[ProduceResult]:
         with self._lock:
@@ -1037,10 +1058,11 @@ class Producer:
                 pending.update(segment.results())
         return pending
 
-    def _wait_all(self) -> None:
+    def _wait_all(self, timeout: float | None = None) -> bool:
+        """Wait for every buffered record; whether all were done within ``timeout``."""
         pending = self._pending_results()
         if not pending:
-            return
+            return True
         with self._cond:
             # Only buffered records need the flag (the sender clears it when it drains);
             # set with nothing buffered, it outlived this call and the next record was sent
@@ -1048,8 +1070,12 @@ class Producer:
             if self._open or self._sealing or any(q.runs for q in self._queues.values()):
                 self._flush_requested = True
             self._cond.notify_all()
-        for result in pending:
-            result.wait(None)  # an error is the future's; transactional errors kept apart
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for result in pending:  # an error is the future's; transactional errors kept apart
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.wait(left):
+                return False
+        return True
 
     def _drop_buffered(self, error: TxnTableError) -> None:
         with self._seal_lock:

@@ -24,6 +24,7 @@ from txntable.errors import (
     SerializationError,
 )
 from txntable.structs import (
+    CREATE_TIME,
     RECORD_OVERHEAD,
     ConsumerRecord,
     Header,
@@ -358,21 +359,56 @@ def rows_to_records(
         columns = zip(
             repeat(topic, n),
             repeat(partition, n),
+            repeat(NO_LEADER_EPOCH, n),
             offsets,
+            stamps,
+            repeat(CREATE_TIME, n),
             keys,
             values,
             headers,
-            stamps,
+            repeat(None, n),
+            _serialized_sizes(rows.column("key")),
+            _serialized_sizes(rows.column("value")),
+            _serialized_header_sizes(rows.column("headers")),
             strict=True,
         )
-        return list(map(_new_record, columns))
+        return list(map(new_record, columns))
     finally:
         if was_enabled:
             gc.enable()
 
 
 # tuple.__new__ over zipped columns builds each record in C, without a Python-level call.
-_new_record = partial(tuple.__new__, ConsumerRecord)
+new_record = partial(tuple.__new__, ConsumerRecord)
+
+#: ``ConsumerRecord.leader_epoch``: a table has no partition leaders (Kafka's "unknown").
+NO_LEADER_EPOCH = -1
+
+
+def _serialized_sizes(column: pa.ChunkedArray) -> list[int]:
+    """Bytes of each binary value, -1 for a null (kafka-python's serialized sizes)."""
+    sizes: list[int] = pc.binary_length(column).fill_null(-1).to_pylist()
+    return sizes
+
+
+def _serialized_header_sizes(column: pa.ChunkedArray) -> list[int]:
+    """Per record, the UTF-8 bytes of its header keys plus its values' bytes; -1 without
+    headers (kafka-python's ``serialized_header_size``)."""
+    out: list[int] = []
+    for chunk in column.chunks:
+        if chunk.null_count:  # a null list may still span child entries: make it empty
+            chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
+        if len(chunk.flatten()) == 0:
+            out.extend(repeat(-1, len(chunk)))
+            continue
+        entries = chunk.values  # every entry of the child array; offsets index into it
+        keys = np.asarray(pc.binary_length(entries.field("key")).fill_null(0), dtype=np.int64)
+        values = np.asarray(pc.binary_length(entries.field("value")).fill_null(0), np.int64)
+        cumulative = np.concatenate([[0], np.cumsum(keys + values)])
+        offsets = np.asarray(chunk.offsets, dtype=np.int64)
+        sizes = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+        out.extend(np.where(offsets[1:] > offsets[:-1], sizes, -1).tolist())
+    return out
 
 
 def _headers_to_python(column: pa.ChunkedArray) -> list[list[Header]]:

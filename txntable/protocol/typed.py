@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txntable.errors import CorruptLogError
-from txntable.protocol.records import decode_segment
+from txntable.protocol.records import NO_LEADER_EPOCH, decode_segment, new_record
 from txntable.protocol.schema import TIMESTAMP_COLUMN, TypedLayout
-from txntable.structs import ConsumerRecord
+from txntable.structs import CREATE_TIME, ConsumerRecord
 
 
 def decode_typed(
@@ -56,10 +57,24 @@ def rows_to_dict_records(
             keys: list[Any] = [{k: v[k] for k in layout.key_columns} for v in values]
         else:
             keys = [None] * len(values)
-        return [
-            ConsumerRecord(topic, partition, offset, key, value, [], stamp)
-            for offset, key, value, stamp in zip(offsets, keys, values, stamps, strict=True)
-        ]
+        n = len(values)
+        columns = zip(
+            repeat(topic, n),
+            repeat(partition, n),
+            repeat(NO_LEADER_EPOCH, n),
+            offsets,
+            stamps,
+            repeat(CREATE_TIME, n),
+            keys,
+            values,
+            ([] for _ in range(n)),  # typed records have no headers
+            repeat(None, n),
+            repeat(-1, n),  # not serialized bytes: no size
+            repeat(-1, n),
+            repeat(-1, n),
+            strict=True,
+        )
+        return list(map(new_record, columns))
     finally:
         if was_enabled:
             gc.enable()
