@@ -430,13 +430,13 @@ class Table:
         plan, _ = self.commit(build)
         return plan.result
 
-    def vacuum(self, retention_ms: int | None = None, dry_run: bool = False) -> VacuumReport:
+    def vacuum(self, retention_ms: int | None = None, dry_run: bool = True) -> VacuumReport:
         """Delete segment files that no version of the retention window references and that
         are older than ``retention_ms`` (Delta's VACUUM).
 
-        See :mod:`txntable.maintenance.vacuum` (default retention: the table's
-        ``version.retention.ms``,
-        a week).
+        As delta-rs's ``DeltaTable.vacuum``, a dry run by default: the report lists what
+        would be deleted; ``dry_run=False`` deletes it. See :mod:`txntable.maintenance.vacuum`
+        (default retention: the table's ``version.retention.ms``, a week).
         """
         from txntable.maintenance.maintain import MaintenanceConfig
         from txntable.maintenance.vacuum import vacuum
