@@ -108,8 +108,9 @@ class Consumer:
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
-            :data:`txntable.config.CONSUMER_ARGUMENTS`), or ``enable_auto_commit`` is set
-            without a ``group_id``; the message names the argument.
+            :data:`txntable.config.CONSUMER_ARGUMENTS`), ``enable_auto_commit`` is set
+            without a ``group_id``, or ``heartbeat_interval_ms`` is not below
+            ``session_timeout_ms``; the message names the argument.
     """
 
     def __init__(
@@ -141,6 +142,12 @@ class Consumer:
         if enable_auto_commit and group_id is None:
             # Kafka's ConfigException: auto-commit has nowhere to commit to without a group.
             raise InvalidConfigurationError("enable_auto_commit=True needs a group_id")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            # Kafka's rule: a session would expire between two heartbeats.
+            raise InvalidConfigurationError(
+                f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({session_timeout_ms})"
+            )
         if enable_auto_commit is None:  # Kafka's default, turned off without a group
             enable_auto_commit = group_id is not None
         self.warehouse = warehouse
