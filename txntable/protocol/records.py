@@ -10,6 +10,7 @@ offsets with gaps where records were dropped.
 from __future__ import annotations
 
 import gc
+import sys
 from functools import partial
 from itertools import pairwise, repeat
 
@@ -152,6 +153,27 @@ def _header_sizes(headers: pa.ListArray) -> np.ndarray:
     return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
 
 
+def as_arrow_table(data: object) -> pa.Table:
+    """What ``send_batch`` was given as an Arrow table: a ``Table``, a ``RecordBatch``, a
+    pandas DataFrame (its index is not a column: a filtered frame's index would otherwise
+    become ``__index_level_0__``) or anything else ``pyarrow.table()`` takes.
+
+    Raises:
+        SerializationError: Not tabular.
+    """
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return data
+    pandas = sys.modules.get("pandas")  # imported only if the caller has it already
+    try:
+        if pandas is not None and isinstance(data, pandas.DataFrame):
+            return pa.Table.from_pandas(data, preserve_index=False)
+        return pa.table(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+        raise SerializationError(f"send_batch data is not a table of records: {e}") from None
+
+
 def to_record_table(data: object, now: int) -> pa.Table:
     """Turn what ``Producer.send_batch`` was given into records in :data:`SEGMENT_SCHEMA`.
 
@@ -166,15 +188,7 @@ def to_record_table(data: object, now: int) -> pa.Table:
             missing, or a column has a type that is not accepted (the error names it), as
             ``send`` refuses a key or value that is not bytes.
     """
-    if isinstance(data, pa.RecordBatch):
-        table = pa.Table.from_batches([data])
-    elif isinstance(data, pa.Table):
-        table = data
-    else:
-        try:
-            table = pa.table(data)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-            raise SerializationError(f"send_batch data is not a table of records: {e}") from None
+    table = as_arrow_table(data)
     names = table.column_names
     unknown = [n for n in names if n not in _COLUMNS]
     if unknown or len(set(names)) != len(names):

@@ -26,7 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txntable.errors import SchemaMismatchError, SerializationError
-from txntable.protocol.records import OFFSET_COLUMN, READ_TIMESTAMP, timestamp_column
+from txntable.protocol.records import (
+    OFFSET_COLUMN,
+    READ_TIMESTAMP,
+    as_arrow_table,
+    timestamp_column,
+)
 
 
 @dataclass(frozen=True)
@@ -390,7 +395,7 @@ class TypedLayout:
                 column, a value that does not cast or a null where none is allowed (the
                 message names the column and the first bad row). Nothing is written.
         """
-        table = _as_table(data)
+        table = as_arrow_table(data)
         names = table.column_names
         if len(set(names)) != len(names):
             raise SerializationError(f"send_batch: duplicate column names {names}")
@@ -568,17 +573,6 @@ def layout_of(metadata: SchemaMetadata | None) -> TypedLayout | None:
 
 
 # --- conversion helpers --------------------------------------------------------------------
-
-
-def _as_table(data: object) -> pa.Table:
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, pa.Table):
-        return data
-    try:
-        return pa.table(data)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-        raise SerializationError(f"send_batch data is not a table of records: {e}") from None
 
 
 def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedArray:
