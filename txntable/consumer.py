@@ -781,15 +781,21 @@ class Consumer:
         """What ``Producer.send_offsets_to_transaction`` needs to commit for this group.
 
         When subscribed, the member's generation and id: a transactional commit of a
-        member that a newer generation replaced is refused (KIP-447).
+        member that a newer generation replaced is refused (KIP-447). A newer generation
+        in which this member keeps every partition it owns is used at once (one read of
+        the group object): another member's rebalance must not fail this member's
+        transactions until its next poll or heartbeat notices it.
         """
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         sub = self._subscription
         auto = self.enable_auto_commit
         if sub is not None:
+            generation = sub.generation
+            if sub.member_id is not None:
+                generation = sub.newer_generation_owning(set(sub.owned)) or generation
             return ConsumerGroupMetadata(
-                self.group_id, sub.generation, sub.member_id or "", auto_commit=auto
+                self.group_id, generation, sub.member_id or "", auto_commit=auto
             )
         return ConsumerGroupMetadata(self.group_id, self.group_generation, auto_commit=auto)
 

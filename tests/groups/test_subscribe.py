@@ -331,3 +331,43 @@ def test_commit_before_joining_is_refused(wh: Warehouse) -> None:
     with pytest.raises(CommitFailedError):
         c.commit({TopicPartition(T, 0): OffsetAndMetadata(1)})
     c.close()
+
+
+def test_a_rebalance_elsewhere_does_not_fail_a_members_transaction(wh: Warehouse) -> None:
+    # b keeps its partitions while c joins a and splits theirs (generations move, c fences
+    # its own): b's next transaction commits its offsets without waiting for a heartbeat.
+    wh.create_table("other", partitions=2)
+    mine = {TopicPartition("other", p) for p in range(2)}
+    a = _consumer(wh)
+    b = _consumer(wh, session_timeout_ms=120_000, heartbeat_interval_ms=60_000,
+                  enable_auto_commit=False)  # fmt: skip
+    a.subscribe([T])
+    b.subscribe(["other"])
+    for _ in range(100):  # members see new generations at their heartbeats (50 ms)
+        a.poll(10)
+        b.poll(10)
+        if a.assignment() == ALL and b.assignment() == mine:
+            break
+    assert a.assignment() == ALL and b.assignment() == mine
+    stale = b.group_metadata()
+    c = _consumer(wh)
+    c.subscribe([T])
+    for _ in range(100):
+        a.poll(10)
+        c.poll(10)
+        if len(c.assignment()) == 3:
+            break
+    assert len(c.assignment()) == 3  # c was given a's released partitions and fenced
+    assert load_group(wh.store, "g")[0].generation > stale.generation_id
+    p = Producer(wh, transactional_id="b-txn")
+    p.init_transactions()
+    p.begin_transaction()
+    offsets = {TopicPartition("other", 0): OffsetAndMetadata(0)}
+    p.send_offsets_to_transaction(offsets, b.group_metadata())
+    p.commit_transaction()
+    assert b.committed(TopicPartition("other", 0)) == OffsetAndMetadata(0)
+    b.poll(0)  # the next poll applies the generation it learnt, revoking nothing
+    assert b.assignment() == mine
+    p.close()
+    for consumer in (a, b, c):
+        consumer.close()

@@ -477,13 +477,16 @@ class Subscription:
         return self.generation
 
     def newer_generation_owning(self, tps: set[TopicPartition]) -> int | None:
-        """A newer generation in which this member still owns every one of ``tps``."""
+        """A newer generation in which this member still owns every one of ``tps`` (read
+        from the group object; the next ``poll`` applies that generation)."""
         member_id = self.member_id
         if member_id is None:
             return None
         from txntable.groups.member import load_group
 
         state, _ = load_group(self._store(), self.group_id)
+        with self._lock:
+            self._remember(state)
         me = state.members.get(member_id)
         if me is None or state.generation <= self.generation:
             return None
