@@ -4,31 +4,24 @@ members: refused, as Kafka refuses a commit without a generation to a non-empty 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 
 from txntable import Consumer, OffsetAndMetadata, Producer, TopicPartition, Warehouse
 from txntable.errors import CommitFailedError, IllegalGenerationError
 from txntable.groups import member
 from txntable.groups.state import empty_group
-from txntable.storage import MemoryStore
 
 T = "orders"
 TP = TopicPartition(T, 0)
 
 
 @pytest.fixture
-def wh() -> Iterator[Warehouse]:
-    name = f"outside-{uuid.uuid4().hex}"
-    w = Warehouse(store=MemoryStore(name))
-    w.create_table(T, partitions=1)
-    with Producer(w) as p:
+def filled(wh: Warehouse) -> Warehouse:
+    wh.create_table(T, partitions=1)
+    with Producer(wh) as p:
         for i in range(10):
             p.send(T, value=b"%d" % i, partition=0)
-    yield w
-    MemoryStore.drop(name)
+    return wh
 
 
 def _member(wh: Warehouse) -> Consumer:
@@ -41,10 +34,10 @@ def _member(wh: Warehouse) -> Consumer:
     raise AssertionError("the member was never assigned the partition")
 
 
-def test_assign_commit_is_refused_while_the_group_has_members(wh: Warehouse) -> None:
-    live = _member(wh)
+def test_assign_commit_is_refused_while_the_group_has_members(filled: Warehouse) -> None:
+    live = _member(filled)
     live.commit({TP: OffsetAndMetadata(3)})
-    outsider = Consumer(wh, group_id="g")
+    outsider = Consumer(filled, group_id="g")
     outsider.assign([TP])
 
     with pytest.raises(CommitFailedError, match="live member"):
@@ -58,15 +51,15 @@ def test_assign_commit_is_refused_while_the_group_has_members(wh: Warehouse) -> 
 
 
 def test_a_member_joining_after_the_check_fences_the_commit(
-    wh: Warehouse, monkeypatch: pytest.MonkeyPatch
+    filled: Warehouse, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The outsider saw the group empty; a member joined and fenced its generation before
     # the outsider's commit landed: the commit must not overwrite what the member reads.
-    live = _member(wh)
+    live = _member(filled)
     live.commit({TP: OffsetAndMetadata(3)})
     stale = (empty_group("g"), None)
     monkeypatch.setattr("txntable.consumer.load_group", lambda store, group: stale)
-    outsider = Consumer(wh, group_id="g")
+    outsider = Consumer(filled, group_id="g")
     outsider.assign([TP])
 
     with pytest.raises(IllegalGenerationError):
@@ -77,23 +70,23 @@ def test_a_member_joining_after_the_check_fences_the_commit(
     outsider.close()
 
 
-def test_a_group_without_members_takes_assign_commits(wh: Warehouse) -> None:
-    c = Consumer(wh, group_id="fresh")
+def test_a_group_without_members_takes_assign_commits(filled: Warehouse) -> None:
+    c = Consumer(filled, group_id="fresh")
     c.assign([TP])
     c.commit({TP: OffsetAndMetadata(4)})
     assert c.committed(TP) == OffsetAndMetadata(4)
-    assert member.load_group(wh.store, "fresh")[1] is None  # nothing was joined or created
+    assert member.load_group(filled.store, "fresh")[1] is None  # nothing was joined or created
     c.close()
 
 
-def test_seek_in_on_partitions_assigned_wins_over_the_committed_offset(wh: Warehouse) -> None:
+def test_seek_in_on_partitions_assigned_wins_over_the_committed_offset(filled: Warehouse) -> None:
     from txntable.groups.subscription import ConsumerRebalanceListener
 
-    setup = Consumer(wh, group_id="g")
+    setup = Consumer(filled, group_id="g")
     setup.assign([TP])
     setup.commit({TP: OffsetAndMetadata(2)})
     setup.close()
-    c = Consumer(wh, group_id="g", auto_offset_reset="earliest")
+    c = Consumer(filled, group_id="g", auto_offset_reset="earliest")
 
     class SeekTo7(ConsumerRebalanceListener):
         def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:

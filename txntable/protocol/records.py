@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import pairwise, repeat
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -357,7 +359,6 @@ def rows_to_records(
     built by one ``map`` over the columns; headers are rebuilt from the flattened key and
     value columns, and skipped entirely when no row has any.
     """
-    n = rows.num_rows
     # Every record (a tuple holding a headers list) is tracked by the cyclic GC, which would
     # otherwise run many times while thousands of them are built and all still referenced,
     # each pass walking the ones made so far: pausing it halves the cost of a poll. Nothing
@@ -370,30 +371,49 @@ def rows_to_records(
         values = rows.column("value").to_pylist()
         stamps = rows.column("timestamp").cast(pa.int64()).to_pylist()  # epoch milliseconds
         headers = _headers_to_python(rows.column("headers"))
-        columns = zip(
-            repeat(topic, n),
-            repeat(partition, n),
-            repeat(NO_LEADER_EPOCH, n),
-            offsets,
-            stamps,
-            repeat(CREATE_TIME, n),
-            keys,
-            values,
-            headers,
-            repeat(None, n),
+        sizes = (
             _serialized_sizes(rows.column("key")),
             _serialized_sizes(rows.column("value")),
             _serialized_header_sizes(rows.column("headers")),
-            strict=True,
         )
-        return list(map(new_record, columns))
+        return build_records(topic, partition, offsets, stamps, keys, values, headers, sizes)
     finally:
         if was_enabled:
             gc.enable()
 
 
 # tuple.__new__ over zipped columns builds each record in C, without a Python-level call.
-new_record = partial(tuple.__new__, ConsumerRecord)
+_new_record = partial(tuple.__new__, ConsumerRecord)
+
+
+def build_records(
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    stamps: list[int],
+    keys: list[Any],
+    values: list[Any],
+    headers: Iterable[list[Header]],
+    sizes: tuple[Iterable[int], Iterable[int], Iterable[int]],
+) -> list[ConsumerRecord]:
+    """Consumer records of one partition from their fields as columns (Python lists), in
+    kafka-python's field order; ``sizes``: the serialized key, value and header sizes."""
+    n = len(offsets)
+    columns = zip(
+        repeat(topic, n),
+        repeat(partition, n),
+        repeat(NO_LEADER_EPOCH, n),
+        offsets,
+        stamps,
+        repeat(CREATE_TIME, n),
+        keys,
+        values,
+        headers,
+        repeat(None, n),
+        *sizes,
+        strict=True,
+    )
+    return list(map(_new_record, columns))
 
 #: ``ConsumerRecord.leader_epoch``: a table has no partition leaders (Kafka's "unknown").
 NO_LEADER_EPOCH = -1

@@ -9,7 +9,7 @@ from the store in :mod:`txntable.read.reader`.
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import Any
 
@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txntable.errors import CorruptLogError
-from txntable.protocol.records import NO_LEADER_EPOCH, decode_segment, new_record
+from txntable.protocol.records import build_records, decode_segment
 from txntable.protocol.schema import TIMESTAMP_COLUMN, TypedLayout
-from txntable.structs import CREATE_TIME, ConsumerRecord
+from txntable.structs import ConsumerRecord, Header
 
 
 def decode_typed(
@@ -58,23 +58,11 @@ def rows_to_dict_records(
         else:
             keys = [None] * len(values)
         n = len(values)
-        columns = zip(
-            repeat(topic, n),
-            repeat(partition, n),
-            repeat(NO_LEADER_EPOCH, n),
-            offsets,
-            stamps,
-            repeat(CREATE_TIME, n),
-            keys,
-            values,
-            ([] for _ in range(n)),  # typed records have no headers
-            repeat(None, n),
-            repeat(-1, n),  # not serialized bytes: no size
-            repeat(-1, n),
-            repeat(-1, n),
-            strict=True,
+        no_headers: Iterator[list[Header]] = ([] for _ in range(n))
+        no_sizes = (repeat(-1, n), repeat(-1, n), repeat(-1, n))  # nothing was serialized
+        return build_records(
+            topic, partition, offsets, stamps, keys, values, no_headers, no_sizes
         )
-        return list(map(new_record, columns))
     finally:
         if was_enabled:
             gc.enable()
