@@ -256,7 +256,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "max_poll_records": int_at_least(1),
     "fetch_backoff_ms": int_at_least(0),
     "group_id": optional(legal_id),
-    "enable_auto_commit": boolean,
+    "enable_auto_commit": optional(boolean),
     "auto_commit_interval_ms": int_at_least(0),
     "group_generation": int_at_least(-1),
     "unstable_offset_timeout_ms": int_at_least(0),
@@ -268,6 +268,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "max_poll_interval_ms": int_at_least(1),
     "partition_assignment_strategy": assignment_strategy,
     "metadata_max_age_ms": int_at_least(0),
+    "consumer_timeout_ms": optional(int_at_least(0)),
 }
 
 #: ``Table.scan`` arguments (offsets and partitions are checked by the planning).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 
@@ -26,10 +27,12 @@ from txntable.errors import (
     InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    TableNotFoundError,
     TxnTableError,
     UnstableOffsetCommitError,
 )
 from txntable.groups.assignors import check_strategies
+from txntable.groups.member import load_group
 from txntable.groups.offsets import (
     check_offsets,
     open_group_table,
@@ -89,7 +92,9 @@ class Consumer:
         group_id: Consumer group whose committed offsets positions start from and
             ``commit`` writes to (``_groups/<group_id>/_log``).
         enable_auto_commit: Commit positions every ``auto_commit_interval_ms`` during
-            ``poll`` and on ``close`` (needs ``group_id``).
+            ``poll`` and on ``close``. Default (``None``): on with a ``group_id``, as Kafka's
+            clients (off without one); a consumer whose offsets a transaction commits needs
+            ``False``.
         group_generation: Generation carried by offset commits; a commit older than one
             already in the group log is refused (a fenced member).
         unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
@@ -98,11 +103,14 @@ class Consumer:
         fetch_max_bytes: Segment bytes (as stored) fetched in the background ahead of the
             positions, so object-store latency overlaps the caller's work (Kafka's
             ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
+        consumer_timeout_ms: Iterating the consumer (``for record in consumer``) stops
+            after this long without a record (kafka-python's); ``None``: never.
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
-            :data:`txntable.config.CONSUMER_ARGUMENTS`), or ``enable_auto_commit`` is set
-            without a ``group_id``; the message names the argument.
+            :data:`txntable.config.CONSUMER_ARGUMENTS`), ``enable_auto_commit`` is set
+            without a ``group_id``, or ``heartbeat_interval_ms`` is not below
+            ``session_timeout_ms``; the message names the argument.
     """
 
     def __init__(
@@ -113,7 +121,7 @@ class Consumer:
         max_poll_records: int = config.MAX_POLL_RECORDS_DEFAULT,
         fetch_backoff_ms: int = config.FETCH_BACKOFF_MS_DEFAULT,
         group_id: str | None = None,
-        enable_auto_commit: bool = False,
+        enable_auto_commit: bool | None = None,
         auto_commit_interval_ms: int = config.AUTO_COMMIT_INTERVAL_MS_DEFAULT,
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
@@ -127,12 +135,21 @@ class Consumer:
             config.PARTITION_ASSIGNMENT_STRATEGY_DEFAULT
         ),
         metadata_max_age_ms: int = config.METADATA_MAX_AGE_MS_DEFAULT,
+        consumer_timeout_ms: int | None = None,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
         if enable_auto_commit and group_id is None:
             # Kafka's ConfigException: auto-commit has nowhere to commit to without a group.
             raise InvalidConfigurationError("enable_auto_commit=True needs a group_id")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            # Kafka's rule: a session would expire between two heartbeats.
+            raise InvalidConfigurationError(
+                f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({session_timeout_ms})"
+            )
+        if enable_auto_commit is None:  # Kafka's default, turned off without a group
+            enable_auto_commit = group_id is not None
         self.warehouse = warehouse
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
@@ -165,6 +182,12 @@ class Consumer:
         #: Newly assigned partitions whose committed offset is still unstable (KIP-447).
         self._awaiting: set[TopicPartition] = set()
         self._next_stuck_check = 0.0
+        self.consumer_timeout_ms = consumer_timeout_ms
+        #: Records polled for iteration and not yielded yet, and per partition how many
+        #: and the position after them (``for record in consumer``).
+        self._iterated: deque[ConsumerRecord] = deque()
+        self._iterated_left: dict[TopicPartition, int] = {}
+        self._iterated_end: dict[TopicPartition, int] = {}
 
     # --- assignment and positions ----------------------------------------------------------
 
@@ -200,6 +223,7 @@ class Consumer:
         self._check_open()
         if self._subscription is not None:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
+        self._drop_iterated()
         tps = list(dict.fromkeys(check_topic_partitions(partitions)))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
@@ -361,13 +385,18 @@ class Consumer:
 
     # --- pause / resume --------------------------------------------------------------------
 
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        """Stop returning records of these assigned partitions (positions are kept)."""
-        self._paused.update(self._targets(check_topic_partitions(partitions)))
+    def pause(self, *partitions: TopicPartition | Iterable[TopicPartition]) -> None:
+        """Stop returning records of these assigned partitions (positions are kept).
 
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return records of these paused partitions again."""
-        for tp in check_topic_partitions(partitions):
+        Takes a list of partitions, or kafka-python's form ``pause(tp1, tp2)``.
+        """
+        tps = _partitions_argument(partitions) or []
+        self._drop_iterated()
+        self._paused.update(self._targets(tps))
+
+    def resume(self, *partitions: TopicPartition | Iterable[TopicPartition]) -> None:
+        """Return records of these paused partitions again (a list, or ``resume(tp1, tp2)``)."""
+        for tp in _partitions_argument(partitions) or []:
             self._paused.discard(tp)
 
     def paused(self) -> set[TopicPartition]:
@@ -394,17 +423,30 @@ class Consumer:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         self._targets([partition])
-        self._positions[partition] = offset
+        self._set_position(partition, offset)
 
-    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Seek to the log start offset of each partition (all assigned if none given)."""
-        for tp in self._targets(partitions):
-            self._positions[tp] = self._partition(tp, refresh=True).log_start_offset
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        # A seek wins over the committed offset a newly assigned partition would start from
+        # (as Kafka: a seek in on_partitions_assigned is where it starts).
+        self._drop_iterated()
+        self._awaiting.discard(tp)
+        self._positions[tp] = offset
 
-    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Seek to the end offset (LSO under read_committed, else the high watermark)."""
-        for tp in self._targets(partitions):
-            self._positions[tp] = self._end(self._partition(tp, refresh=True))
+    def seek_to_beginning(
+        self, *partitions: TopicPartition | Iterable[TopicPartition] | None
+    ) -> None:
+        """Seek to the log start offset of each partition (all assigned if none given).
+
+        Takes a list of partitions, or kafka-python's form ``seek_to_beginning(tp1, tp2)``.
+        """
+        for tp in self._targets(_partitions_argument(partitions)):
+            self._set_position(tp, self._partition(tp, refresh=True).log_start_offset)
+
+    def seek_to_end(self, *partitions: TopicPartition | Iterable[TopicPartition] | None) -> None:
+        """Seek to the end offset (LSO under read_committed, else the high watermark) of each
+        partition (all assigned if none given; a list, or ``seek_to_end(tp1, tp2)``)."""
+        for tp in self._targets(_partitions_argument(partitions)):
+            self._set_position(tp, self._end(self._partition(tp, refresh=True)))
 
     def _end(self, part: PartitionState) -> int:
         if self.isolation_level == READ_COMMITTED:
@@ -475,6 +517,78 @@ class Consumer:
         tps = check_topic_partitions(partitions)
         return {tp: self._partition(tp, refresh=True).log_start_offset for tp in tps}
 
+    def highwater(self, partition: TopicPartition) -> int:
+        """The last known high watermark of an assigned partition (kafka-python's): from the
+        table's snapshot of the last poll or offset lookup, without reading storage.
+
+        Raises:
+            InvalidArgumentTypeError: Not a ``TopicPartition``.
+            IllegalStateError: The partition is not assigned.
+        """
+        self._targets([check_topic_partition(partition)])
+        return self._partition(partition).high_watermark
+
+    # --- metadata (kafka-python's names) ------------------------------------------------
+
+    def topics(self) -> set[str]:
+        """The warehouse's tables (Kafka's topics)."""
+        self._check_open()
+        return set(self.warehouse.list_tables())
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic``; empty if there is no such table (as
+        kafka-python's)."""
+        self._check_open()
+        if not isinstance(topic, str):
+            raise InvalidArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+        try:
+            return set(range(self.partition_count(topic)))
+        except TableNotFoundError:
+            return set()
+
+    # --- iteration (kafka-python's ``for record in consumer``) ---------------------------
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, polling as needed; ``StopIteration`` once the consumer is closed
+        or after ``consumer_timeout_ms`` without a record.
+
+        A record's partition's position moves past it as it is returned (kafka-python's), so
+        ``position()`` and commits count only the records the loop has seen.
+        """
+        if self._closed:
+            raise StopIteration
+        wait = self.consumer_timeout_ms
+        deadline = None if wait is None else time.monotonic() + wait / 1000
+        while not self._iterated:
+            left = 1000 if deadline is None else int((deadline - time.monotonic()) * 1000)
+            if left <= 0 and deadline is not None:
+                raise StopIteration
+            for tp, records in self.poll(timeout_ms=max(0, min(left, 1000))).items():
+                if records:
+                    self._iterated.extend(records)
+                    self._iterated_left[tp] = len(records)
+                    self._iterated_end[tp] = self._positions[tp]
+                    self._positions[tp] = records[0].offset  # not returned yet
+        record = self._iterated.popleft()
+        tp = TopicPartition(record.topic, record.partition)
+        self._iterated_left[tp] -= 1
+        if self._iterated_left[tp]:
+            self._positions[tp] = record.offset + 1
+        else:  # the poll's own position: past trailing markers and aborted batches too
+            self._positions[tp] = self._iterated_end.pop(tp)
+            del self._iterated_left[tp]
+        return record
+
+    def _drop_iterated(self) -> None:
+        """Forget records polled for iteration but not returned (their partitions' positions
+        already stand at the first of them)."""
+        self._iterated.clear()
+        self._iterated_left.clear()
+        self._iterated_end.clear()
+
     # --- polling -------------------------------------------------------------------------
 
     def poll(
@@ -491,6 +605,7 @@ class Consumer:
                 is ``none``.
             MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
+        self._drop_iterated()  # their positions stand at the first of them: polled again
         out = {}
         for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
             layout = self._layout(tp)
@@ -516,6 +631,7 @@ class Consumer:
             OffsetOutOfRangeError: As :meth:`poll`.
             MissingSegmentError: As :meth:`poll`.
         """
+        self._drop_iterated()
         out = {}
         for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
             layout = self._layout(tp)
@@ -665,14 +781,23 @@ class Consumer:
         """What ``Producer.send_offsets_to_transaction`` needs to commit for this group.
 
         When subscribed, the member's generation and id: a transactional commit of a
-        member that a newer generation replaced is refused (KIP-447).
+        member that a newer generation replaced is refused (KIP-447). A newer generation
+        in which this member keeps every partition it owns is used at once (one read of
+        the group object): another member's rebalance must not fail this member's
+        transactions until its next poll or heartbeat notices it.
         """
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         sub = self._subscription
+        auto = self.enable_auto_commit
         if sub is not None:
-            return ConsumerGroupMetadata(self.group_id, sub.generation, sub.member_id or "")
-        return ConsumerGroupMetadata(self.group_id, self.group_generation)
+            generation = sub.generation
+            if sub.member_id is not None:
+                generation = sub.newer_generation_owning(set(sub.owned)) or generation
+            return ConsumerGroupMetadata(
+                self.group_id, generation, sub.member_id or "", auto_commit=auto
+            )
+        return ConsumerGroupMetadata(self.group_id, self.group_generation, auto_commit=auto)
 
     def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
         """The group's committed offset for ``partition``, or ``None``.
@@ -702,6 +827,8 @@ class Consumer:
             IllegalGenerationError: This consumer's generation is older than the group's
                 (a ``CommitFailedError``): when subscribed, a newer generation took some of
                 the partitions away (one in which it still owns them all is retried).
+            CommitFailedError: Not subscribed (``assign()``) while the group has live
+                members (Kafka refuses a commit without a generation to a non-empty group).
         """
         self._check_open()
         if offsets is None:
@@ -711,8 +838,12 @@ class Consumer:
             return
         sub = self._subscription
         if sub is None:
-            self.commit_for_generation(offsets, self.group_generation)
+            generation = self.group_generation
+            if generation < 0:
+                generation = self._generation_outside_group()
+            self.commit_for_generation(offsets, generation)
             return
+        sub.check_fenced()
         if sub.member_id is None or sub.generation < 0:
             raise CommitFailedError(
                 f"group {self.group_id}: this consumer is not a member of the group now (its "
@@ -729,6 +860,30 @@ class Consumer:
                     raise
                 generation = newer
         self.commit_for_generation(offsets, generation)
+
+    def _generation_outside_group(self) -> int:
+        """The generation a consumer that is not a member (``assign()``) commits with: the
+        group object's, if the group has no live member.
+
+        Kafka accepts an offset commit without a generation only while the group is empty.
+        Committing with the empty group's generation keeps that true after the check: a
+        member that joins meanwhile fences a newer generation in the group log before it
+        reads offsets, and the fence refuses this commit (``IllegalGenerationError``).
+
+        Raises:
+            CommitFailedError: The group has members whose session has not expired.
+        """
+        state, _ = load_group(self.warehouse.store, self.group_id or "")
+        now = now_ms()
+        live = [m for m in state.members.values() if not m.expired(now)]
+        if live:
+            raise CommitFailedError(
+                f"group {self.group_id} has {len(live)} live member(s) in generation "
+                f"{state.generation}: a consumer outside the group (assign()) cannot commit "
+                "its offsets (Kafka's UNKNOWN_MEMBER_ID); subscribe() to join it, or use "
+                "another group_id"
+            )
+        return state.generation
 
     def commit_for_generation(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int
@@ -792,3 +947,19 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _partitions_argument(
+    args: tuple[TopicPartition | Iterable[TopicPartition] | None, ...],
+) -> list[TopicPartition] | None:
+    """The partitions given to ``seek_to_beginning`` and the like: one list of them (this
+    client's form), kafka-python's ``f(tp1, tp2)``, or none at all (``None``).
+
+    Raises:
+        InvalidArgumentTypeError: Anything else.
+    """
+    if not args or (len(args) == 1 and args[0] is None):
+        return None
+    if len(args) == 1 and not isinstance(args[0], TopicPartition):
+        return check_topic_partitions(args[0])
+    return check_topic_partitions(args)

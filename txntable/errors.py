@@ -189,6 +189,11 @@ class FencedInstanceIdError(CommitFailedError):
     """Another process joined with this member's ``group_instance_id`` (KIP-345)."""
 
 
+class PolicyViolationError(TxnTableError):
+    """A request the table's configuration forbids (Kafka's PolicyViolationException), such
+    as key compaction of a table whose ``cleanup.policy`` is ``delete``."""
+
+
 class InconsistentGroupProtocolError(TxnTableError):
     """A member's assignors have none in common with the group's members."""
 

@@ -15,6 +15,7 @@ from txntable.errors import (
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     SchemaMismatchError,
 )
 from txntable.layout import segment_key
@@ -25,6 +26,7 @@ from txntable.protocol.actions import (
     Batch,
     CommitPlan,
     LogStart,
+    Segment,
 )
 from txntable.protocol.append import (
     AppendResult,
@@ -72,8 +74,11 @@ class OpenTransaction:
     #: Transactional id carried by the transaction's first batch (None if it has none).
     transactional_id: str | None = None
     #: Smallest record timestamp of the transaction's first batch on the partition: the
-    #: log's own evidence of when it started (the coordinator object has the exact time).
+    #: log's own evidence of when it started (record timestamps are the producer's, any value).
     start_timestamp: int = 0
+    #: When the transaction began, from its coordinator object (Kafka's
+    #: ``transactionStartTimeMs``); ``None`` when the object is gone or has moved on.
+    txn_start_timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,8 @@ class PartitionDescription:
     last_stable_offset: int
     open_transactions: tuple[OpenTransaction, ...]
     producers: tuple[ProducerDescription, ...] = ()
-    #: Segments referenced by the partition's batches, and their bytes.
+    #: Segment files the partition's entries reference (batches' and merged ones'), and their
+    #: bytes.
     segments: int = 0
     segment_bytes: int = 0
 
@@ -492,13 +498,13 @@ class Table:
         plan, _ = self.commit(build)
         return plan.result
 
-    def vacuum(self, retention_ms: int | None = None, dry_run: bool = False) -> VacuumReport:
+    def vacuum(self, retention_ms: int | None = None, dry_run: bool = True) -> VacuumReport:
         """Delete segment files that no version of the retention window references and that
         are older than ``retention_ms`` (Delta's VACUUM).
 
-        See :mod:`txntable.maintenance.vacuum` (default retention: the table's
-        ``version.retention.ms``,
-        a week).
+        As delta-rs's ``DeltaTable.vacuum``, a dry run by default: the report lists what
+        would be deleted; ``dry_run=False`` deletes it. See :mod:`txntable.maintenance.vacuum`
+        (default retention: the table's ``version.retention.ms``, a week).
         """
         from txntable.maintenance.maintain import MaintenanceConfig
         from txntable.maintenance.vacuum import vacuum
@@ -518,15 +524,29 @@ class Table:
 
         return rewrite(self, compact=False, target_bytes=target_bytes)
 
-    def compact(self, force: bool = True, now: int | None = None) -> RewriteReport:
+    def compact(
+        self, force: bool = True, now: int | None = None, ignore_cleanup_policy: bool = False
+    ) -> RewriteReport:
         """Key compaction (Kafka's log cleaner) below the LSO: keep the latest record per key.
 
         Tombstones (null values) go once ``delete.retention.ms`` has passed since a
         compaction first kept them. ``force=False`` skips partitions whose dirty ratio is
         below ``min.cleanable.dirty.ratio``.
-        """
-        from txntable.maintenance.maintain import rewrite
 
+        Raises:
+            PolicyViolationError: The table's ``cleanup.policy`` does not include
+                ``compact`` (Kafka never key-compacts such a topic: its records with
+                repeated keys are all data) and ``ignore_cleanup_policy`` is not set.
+        """
+        from txntable.maintenance.maintain import MaintenanceConfig, rewrite
+
+        if not ignore_cleanup_policy and not MaintenanceConfig.of(self.snapshot()).compact:
+            raise PolicyViolationError(
+                f"table {self.name} has cleanup.policy without compact: key compaction would "
+                "delete every record but the latest of each key. Set cleanup.policy=compact "
+                "(or compact,delete), or pass ignore_cleanup_policy=True; optimize() merges "
+                "segments without dropping records"
+            )
         return rewrite(self, compact=True, now=now, force=force)
 
     def apply_retention(self, now: int | None = None) -> RetentionReport:
@@ -593,13 +613,42 @@ class Table:
         snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
         layout = layout_of(snap.metadata)
+        partitions = tuple(_describe_partition(p) for p in snap.partitions)
         return TableDescription(
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
-            partitions=tuple(_describe_partition(p) for p in snap.partitions),
+            partitions=self._with_start_times(partitions),
             schema=layout.schema if layout else None,
             key_columns=layout.key_columns if layout else (),
+        )
+
+    def _with_start_times(
+        self, partitions: tuple[PartitionDescription, ...]
+    ) -> tuple[PartitionDescription, ...]:
+        """Open transactions with their start time from the coordinator (one read per
+        transactional id): the record timestamps the log has are whatever producers set."""
+        from txntable.txn.coordinator import TransactionCoordinator
+
+        coordinator = TransactionCoordinator(self.store)
+        starts: dict[str, tuple[int, int] | None] = {}
+        for p in partitions:
+            for o in p.open_transactions:
+                tid = o.transactional_id
+                if tid is not None and tid not in starts:
+                    loaded = coordinator.load(tid)
+                    meta = loaded[0] if loaded else None
+                    starts[tid] = (meta.producer_id, meta.txn_start_timestamp) if meta else None
+
+        def timed(o: OpenTransaction) -> OpenTransaction:
+            found = starts.get(o.transactional_id or "")
+            if found is None or found[0] != o.producer_id or found[1] < 0:
+                return o
+            return replace(o, txn_start_timestamp=found[1])
+
+        return tuple(
+            replace(p, open_transactions=tuple(timed(o) for o in p.open_transactions))
+            for p in partitions
         )
 
     def __repr__(self) -> str:
@@ -619,7 +668,7 @@ def _describe_partition(p: PartitionState) -> PartitionDescription:
                 batch.minTimestamp if batch else 0,
             )
         )
-    batches = [e for e in p.entries if isinstance(e, Batch)]
+    files = {e.path: e.size for e in p.entries if isinstance(e, Batch | Segment) and e.path}
     return PartitionDescription(
         partition=p.partition,
         log_start_offset=p.log_start_offset,
@@ -632,6 +681,6 @@ def _describe_partition(p: PartitionState) -> PartitionDescription:
             )
             for pid, e in sorted(p.producers.items())
         ),
-        segments=len(batches),
-        segment_bytes=sum(b.size for b in batches),
+        segments=len(files),
+        segment_bytes=sum(files.values()),
     )

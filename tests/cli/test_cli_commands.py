@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from txntable import (
+    Consumer,
     OffsetAndMetadata,
     Producer,
     TopicPartition,
@@ -214,6 +215,34 @@ def test_consume_in_a_group_resumes_where_it_stopped(history: str) -> None:
     )
 
 
+def test_consume_with_a_group_joins_it(history: str) -> None:
+    # As kafka-console-consumer: --group without --partition subscribes, commits as a
+    # member of its generation, and leaves the group when done.
+    assert ok("consume", history, "t", "--format", "value", "-g", "j").splitlines() == [
+        "a", "b", "c", "d", "e",
+    ]
+    described = Warehouse(history).describe_group("j")
+    assert described is not None
+    assert (described.generation, described.members) == (2, ())  # joined 1, left 2
+    assert [(o.partition, o.offset, o.generation) for o in described.offsets] == [(0, 7, 1)]
+
+
+def test_consume_of_a_partition_cannot_commit_over_a_live_group(history: str) -> None:
+    wh = Warehouse(history)
+    tp = TopicPartition("t", 0)
+    member = Consumer(wh, group_id="live", heartbeat_interval_ms=50)
+    member.subscribe(["t"])
+    while tp not in member.assignment():
+        member.poll(10)
+    member.commit({tp: OffsetAndMetadata(3)})
+
+    result = invoke("consume", history, "t", "-p", "0", "-g", "live", "--format", "value")
+
+    assert result.exit_code == 1 and "CommitFailedError" in result.stderr, result.stderr
+    assert member.committed(tp) == OffsetAndMetadata(3)
+    member.close()
+
+
 def test_follow_stops_after_the_idle_timeout(history: str) -> None:
     result = invoke("consume", history, "t", "-p", "0", "--from", "5", "--format", "value",
                     "--follow", "--idle-timeout-ms", "300")
@@ -223,6 +252,19 @@ def test_follow_stops_after_the_idle_timeout(history: str) -> None:
 
 
 # --- inspection -------------------------------------------------------------------------------
+
+
+def test_describe_ages_an_open_transaction_by_its_coordinator(
+    lake: str, left_open: list[Producer]
+) -> None:
+    p = Producer(Warehouse(lake), transactional_id="stamps", linger_ms=0)
+    left_open.append(p)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"v", partition=0, timestamp=5).result(timeout=10)  # a 1970 stamp
+    (row,) = [line for line in ok("describe", lake, "t").splitlines() if "stamps" in line]
+    age = row.split()[-1]
+    assert age.endswith("ms") or (age.endswith("s") and age[:-1].isdigit()), row
 
 
 def test_groups_show_a_pending_transactional_commit(

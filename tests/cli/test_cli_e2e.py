@@ -112,19 +112,21 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     described_group = wh.describe_group("g1")
     assert described_group is not None
     commit_ts = described_group.offsets[0].commit_timestamp
-    position = {"metadata": "", "generation": -1, "commit_timestamp": commit_ts,
+    # consume --group joined the group (generation 1: its fence is group-log version 1, its
+    # commit version 2) and left it when done (generation 2, no member).
+    position = {"metadata": "", "generation": 1, "commit_timestamp": commit_ts,
                 "pending_producer_id": None, "log_start_offset": 0, "lag": 0}
     assert ok_json("groups", url, "--json") == [
         {
             "group_id": "g1",
-            "version": 1,
+            "version": 2,
             "offsets": [
                 {"table": "orders", "partition": 0, "offset": 4, **position,
                  "high_watermark": 4, "last_stable_offset": 4},
                 {"table": "orders", "partition": 1, "offset": 2, **position,
                  "high_watermark": 2, "last_stable_offset": 2},
             ],
-            "generation": 0,
+            "generation": 2,
             "assignor": None,
             "members": [],
         }
@@ -136,7 +138,9 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     stuck.begin_transaction()
     stuck.send("orders", value=b"late", partition=1).result()
     stuck_pid = stuck.producer_id
-    start = wh.table("orders").describe().partitions[1].open_transactions[0].start_timestamp
+    (opened,) = wh.table("orders").describe().partitions[1].open_transactions
+    start, began = opened.start_timestamp, opened.txn_start_timestamp
+    assert began == TransactionCoordinator(wh.store).load("stuck")[0].txn_start_timestamp  # type: ignore[index]
     d = ok_json("describe", url, "orders", "--json")
     etl_pid = TransactionCoordinator(wh.store).load("etl")[0].producer_id  # type: ignore[index]
     # Record timestamps and segment sizes are the writer's; everything else is exact.
@@ -171,7 +175,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 "last_stable_offset": 2,
                 "open_transactions": [
                     {"producer_id": stuck_pid, "first_offset": 2, "transactional_id": "stuck",
-                     "start_timestamp": start}
+                     "start_timestamp": start, "txn_start_timestamp": began}
                 ],
                 "producers": [
                     {"producer_id": etl_pid, "producer_epoch": 0, "last_sequence": 0,
@@ -226,7 +230,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
             {"name": "orders", "version": 4, "start_version": 0, "versions_checked": 5,
              "checkpoints_checked": 1, "segments_checked": 4, "ok": True, "errors": [],
              "warnings": []},
-            {"name": "_groups/g1", "version": 1, "start_version": 0, "versions_checked": 2,
+            {"name": "_groups/g1", "version": 2, "start_version": 0, "versions_checked": 3,
              "checkpoints_checked": 0, "segments_checked": 0, "ok": True, "errors": [],
              "warnings": []},
         ],

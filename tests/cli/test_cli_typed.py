@@ -70,7 +70,9 @@ def test_create_describe_produce_consume(tmp_path: Path) -> None:
     stdin = "\n".join(json.dumps(x) for x in lines) + "\n"
     out = json.loads(ok("produce", lake, "orders", "--encoding", "base64", "--json", stdin=stdin))
     assert out["records"] == 2
-    printed = [json.loads(x) for x in ok("consume", lake, "orders").splitlines()]
+    printed = [
+        json.loads(x) for x in ok("consume", lake, "orders", "--encoding", "base64").splitlines()
+    ]
     by_id = {r["id"]: r for r in printed}
     assert by_id[1] == {
         "id": 1, "name": "a", "price": "1.25", "day": "2024-02-29",
@@ -90,3 +92,80 @@ def test_a_bad_line_aborts_the_transaction(tmp_path: Path) -> None:
     assert Warehouse(lake).table("t").scan().to_arrow().num_rows == 0
     bad = invoke("create", lake, "u", "--schema", '[{"name": "a", "type": "uint8"}]')
     assert bad.exit_code != 0 and "not allowed" in bad.stderr
+
+
+def test_maps_with_integer_keys_are_produced_from_json(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    schema = [
+        {"name": "id", "type": "int64", "nullable": False},
+        {"name": "counts", "type": "map", "children": [
+            {"name": "key", "type": "int32", "nullable": False},
+            {"name": "value", "type": "string"},
+        ]},
+    ]  # fmt: skip
+    ok("create", lake, "m", "--schema", json.dumps(schema))
+    lines = [
+        {"id": 1, "counts": {"7": "seven", "-1": None}},  # a JSON object's keys are text
+        {"id": 2, "counts": [[8, "eight"]]},  # or [key, value] pairs
+    ]
+    ok("produce", lake, "m", stdin="\n".join(json.dumps(x) for x in lines) + "\n")
+    rows = Warehouse(lake).table("m").scan(columns=["id", "counts"]).to_arrow().to_pylist()
+    assert rows == [
+        {"id": 1, "counts": [(7, "seven"), (-1, None)]},
+        {"id": 2, "counts": [(8, "eight")]},
+    ]
+    bad = invoke("produce", lake, "m", stdin='{"id": 3, "counts": {"x": "?"}}\n')
+    assert bad.exit_code == 1 and "line 1" in bad.stderr and "column 'counts'" in bad.stderr
+    ok("create", lake, "copy", "--schema", json.dumps(schema))
+    ok("produce", lake, "copy", stdin=ok("consume", lake, "m"))  # keys printed as text
+    copied = Warehouse(lake).table("copy").scan(columns=["id", "counts"]).to_arrow().to_pylist()
+    assert copied == rows
+
+
+BINARY_SCHEMA = [
+    {"name": "id", "type": "int64", "nullable": False},
+    {"name": "blob", "type": "binary"},
+    {"name": "blobs", "type": "list", "children": [{"name": "element", "type": "binary"}]},
+    {"name": "by_key", "type": "map", "children": [
+        {"name": "key", "type": "binary", "nullable": False},
+        {"name": "value", "type": "binary"},
+    ]},
+]  # fmt: skip
+
+
+def _binary_rows(lake: str, table: str) -> list[dict[str, object]]:
+    rows = Warehouse(lake).table(table).scan(columns=["id", "blob", "blobs", "by_key"])
+    return rows.to_arrow().to_pylist()
+
+
+def test_consume_then_produce_keeps_binary_columns(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    for name in ("src", "utf8", "b64"):
+        ok("create", lake, name, "--schema", json.dumps(BINARY_SCHEMA))
+    wh = Warehouse(lake)
+    from txntable import Producer
+
+    with Producer(wh) as p:
+        p.send("src", {"id": 1, "blob": b"hi", "blobs": [b"a", None], "by_key": [(b"k", b"v")]})
+    # consume | produce, with the default encoding on both sides: lossless
+    out = ok("consume", lake, "src")
+    assert json.loads(out)["blob"] == "hi"
+    ok("produce", lake, "utf8", stdin=out)
+    assert _binary_rows(lake, "utf8") == _binary_rows(lake, "src")
+
+    with Producer(wh) as p:
+        p.send("src", {"id": 2, "blob": b"\xff\x00", "by_key": [(b"\xfe", None)]})
+    refused = invoke("consume", lake, "src")  # not UTF-8: refused, never mangled
+    assert refused.exit_code == 1 and "--encoding base64" in refused.stderr
+    out = ok("consume", lake, "src", "--encoding", "base64")
+    ok("produce", lake, "b64", "--encoding", "base64", stdin=out)
+    assert _binary_rows(lake, "b64") == _binary_rows(lake, "src")
+
+
+def test_consume_refuses_formats_that_do_not_apply_to_typed_tables(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    ok("create", lake, "t", "--schema", json.dumps(SCHEMA[:2]))
+    for fmt in ("text", "value"):
+        result = invoke("consume", lake, "t", "--format", fmt)
+        assert result.exit_code == 2 and "does not apply to a typed table" in result.stderr
+    ok("consume", lake, "t", "--format", "json")

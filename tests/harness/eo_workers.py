@@ -250,6 +250,7 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
                     group_id=CTP_GROUP,
                     auto_offset_reset="earliest",
                     unstable_offset_timeout_ms=20_000,
+                    enable_auto_commit=False,  # offsets commit with the transactions
                 )
                 c.assign(tps)
                 for tp in tps:
@@ -378,7 +379,7 @@ def maint_worker(cfg: dict[str, Any], j: Journal) -> None:
                 j.log(e="maint", what=what, t=table, segments=r.segments_written)
             elif what == "compact":
                 # Every key is unique: compaction must keep every committed record.
-                r = t.compact()
+                r = t.compact(ignore_cleanup_policy=True)
                 j.log(e="maint", what=what, t=table, segments=r.segments_written)
             elif what == "delete":
                 table = DELETE_TABLE

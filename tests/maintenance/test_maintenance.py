@@ -10,7 +10,12 @@ from maintutil import Op, comparable, open_transaction, read, read_keys, run_his
 from tableutil import log_versions
 
 from txntable import Producer, Warehouse
-from txntable.errors import CorruptLogError, UnsupportedProtocolError, VersionNotAvailableError
+from txntable.errors import (
+    CorruptLogError,
+    PolicyViolationError,
+    UnsupportedProtocolError,
+    VersionNotAvailableError,
+)
 from txntable.log.log import Log
 from txntable.maintenance.merge import plan_commit, plan_groups
 from txntable.protocol.actions import ExpireProducer, Protocol, Segment
@@ -150,6 +155,30 @@ def test_compaction_keeps_the_latest_value_per_key(wh: Warehouse) -> None:
     assert report.version is not None
     after = read_keys(wh, "t")[0]
     assert sorted(after) == sorted((o, k, v) for k, (o, v) in latest.items())
+
+
+@pytest.mark.parametrize("policy", [None, "delete"])
+def test_compaction_of_a_delete_policy_table_is_refused(wh: Warehouse, policy: str | None) -> None:
+    # Kafka never key-compacts a delete-policy topic: its repeated keys are all data.
+    configuration = {} if policy is None else {"cleanup.policy": policy}
+    wh.create_table("t", partitions=1, configuration=configuration)
+    run_history(wh, "t", [Op("idem", ((0, 4),)), Op("commit", ((0, 4),))], keys=2)
+    before = read_keys(wh, "t")[0]
+    version = wh.table("t").snapshot().version
+
+    with pytest.raises(PolicyViolationError, match="cleanup.policy"):
+        wh.table("t").compact()
+
+    assert wh.table("t").snapshot().version == version
+    assert read_keys(wh, "t")[0] == before and len(before) == 8
+    report = wh.table("t").compact(ignore_cleanup_policy=True)  # the explicit override
+    assert report.records_kept == 2 and report.records_dropped == 6
+
+
+def test_compaction_runs_under_compact_and_delete(wh: Warehouse) -> None:
+    wh.create_table("t", partitions=1, configuration={"cleanup.policy": "compact,delete"})
+    run_history(wh, "t", [Op("idem", ((0, 4),))], keys=2)
+    assert wh.table("t").compact().records_dropped == 2
 
 
 def test_compaction_never_touches_records_above_the_lso(wh: Warehouse) -> None:

@@ -66,7 +66,19 @@ def test_vacuum_deletes_only_old_unreferenced_files(tmp_path: pathlib.Path) -> N
     assert sorted(report.deleted) == sorted([orphan, young])
     assert not wh.store.exists(orphan) and not wh.store.exists(young)
     assert wh.store.exists(committed) and wh.store.exists(undated)
-    assert table.vacuum(retention_ms=2 * HOUR).deleted == []
+    assert table.vacuum(retention_ms=2 * HOUR, dry_run=False).deleted == []
+
+
+def test_table_vacuum_is_a_dry_run_unless_told(tmp_path: pathlib.Path) -> None:
+    # As delta-rs's DeltaTable.vacuum(dry_run=True): listing is the default, deleting asked.
+    wh = Warehouse(tmp_path.as_uri())
+    table = wh.create_table("t", partitions=1)
+    orphan = f"t/data/0/{now_ms() - 10 * HOUR:013d}-{'b' * 32}.parquet"
+    wh.store.put_data_file(orphan, b"not committed")
+    assert table.vacuum(retention_ms=2 * HOUR).deleted == [orphan]
+    assert wh.store.exists(orphan)
+    assert table.vacuum(retention_ms=2 * HOUR, dry_run=False).deleted == [orphan]
+    assert not wh.store.exists(orphan)
 
 
 def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(

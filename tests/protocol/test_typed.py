@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -109,6 +110,35 @@ def test_create_refuses_a_bad_schema_and_writes_nothing(
     with pytest.raises(SchemaMismatchError, match=message):
         warehouse.create_table("t", 1, schema=schema, key=key)
     assert warehouse.list_tables() == []
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "Europe/Pari", "utc", "+25:00", "-0800"])
+def test_an_unknown_time_zone_is_refused_at_create_and_evolve(
+    warehouse: Warehouse, zone: str
+) -> None:
+    # Readers convert zoned timestamps with the zone database: an unknown zone would make
+    # every poll, scan and consume fail later.
+    bad = pa.field("at", pa.timestamp("us", tz=zone))
+    message = re.escape(f"column 'at': unknown time zone '{zone}'")
+    with pytest.raises(SchemaMismatchError, match=message):
+        warehouse.create_table("t", 1, schema=pa.schema([bad]))
+    assert warehouse.list_tables() == []
+    table = warehouse.create_table("t", 1, schema=pa.schema([("a", pa.int64())]))
+    with pytest.raises(SchemaMismatchError, match="unknown time zone"):
+        table.evolve_schema(pa.schema([("a", pa.int64()), bad]))
+    assert table.snapshot().version == 0
+    good = [("a", pa.timestamp("ms", tz="Europe/Paris")), ("b", pa.timestamp("s", tz="+05:30"))]
+    warehouse.create_table("u", 1, schema=pa.schema(good))
+
+
+def test_an_unknown_time_zone_in_the_log_is_corrupt(warehouse: Warehouse) -> None:
+    from txntable.protocol.schema import Field
+
+    fields = (Field("at", "timestamp(us,Europe/Pari)"),)
+    data = encode_actions([Protocol(3, 3), Metadata("id", "t", 1, schema=fields, typed=True)])
+    warehouse.store.put_if_absent("t/_log/00000000000000000000.json", data)
+    with pytest.raises(CorruptLogError, match="unknown time zone"):
+        warehouse.table("t").snapshot()
 
 
 def test_key_without_schema_is_refused(warehouse: Warehouse) -> None:
@@ -462,7 +492,9 @@ def test_describe_shows_the_schema(warehouse: Warehouse) -> None:
 
 def test_maintenance_of_a_typed_table_across_an_evolution(warehouse: Warehouse) -> None:
     v1 = pa.schema([("user", pa.string()), ("n", pa.int32())])
-    table = warehouse.create_table("t", 1, schema=v1, key=["user"])
+    table = warehouse.create_table(
+        "t", 1, schema=v1, key=["user"], configuration={"cleanup.policy": "compact"}
+    )
     with Producer(warehouse, transactional_id="tx") as producer:
         producer.init_transactions()
         for i in range(3):  # three v1 segments, the last one aborted

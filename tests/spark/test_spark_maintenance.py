@@ -109,7 +109,7 @@ def test_spark_read_committed_survives_maintenance(
     from txntable.maintenance.retention import plan_retention
 
     table.commit(lambda s: plan_retention(s, 0, -1, keep))
-    table.vacuum(retention_ms=3600 * 1000)
+    table.vacuum(retention_ms=3600 * 1000, dry_run=False)
     snap = wh.table("t").snapshot()
     start = {p.partition: p.log_start_offset for p in snap.partitions}
     assert _rows(spark, path, "read_committed") == [r for r in before if r[1] >= start[r[0]]]

@@ -17,6 +17,7 @@ from txntable import (
 )
 from txntable.errors import (
     IllegalGenerationError,
+    InvalidConfigurationError,
     OffsetMetadataTooLargeError,
     ProducerFencedError,
     UnstableOffsetCommitError,
@@ -54,8 +55,13 @@ def consume_and_send(
 
 def group_consumer(wh: Warehouse, **kw: object) -> Consumer:
     c = Consumer(
-        wh, isolation_level="read_committed", group_id=GROUP, auto_offset_reset="earliest", **kw
-    )  # type: ignore[arg-type]
+        wh,
+        isolation_level="read_committed",
+        group_id=GROUP,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,  # its offsets commit with the transactions
+        **kw,  # type: ignore[arg-type]
+    )
     c.assign(all_tps(wh, ["in"]))
     return c
 
@@ -257,7 +263,7 @@ def test_stale_generation_is_refused(tables: Warehouse) -> None:
     tp = TopicPartition("in", 0)
     newer = Consumer(wh, group_id=GROUP, group_generation=5)
     newer.commit({tp: OffsetAndMetadata(3)})
-    older = Consumer(wh, group_id=GROUP, group_generation=4)
+    older = Consumer(wh, group_id=GROUP, group_generation=4, enable_auto_commit=False)
     with pytest.raises(IllegalGenerationError):
         older.commit({tp: OffsetAndMetadata(7)})
     same = Consumer(wh, group_id=GROUP, group_generation=5)
@@ -347,3 +353,34 @@ def test_auto_commit_commits_positions_on_poll_and_close(tables: Warehouse) -> N
     assert again.committed(tp) == OffsetAndMetadata(6)
     assert again.position(tp) == 6
     assert [r.offset for r in again.poll(max_records=100)[tp]] == [6, 7, 8, 9]
+
+
+def test_a_group_consumer_auto_commits_by_default_as_kafkas(tables: Warehouse) -> None:
+    wh = tables
+    tp = TopicPartition("in", 0)
+    assert Consumer(wh).enable_auto_commit is False  # no group: nowhere to commit
+    c = Consumer(wh, group_id="ported", auto_offset_reset="earliest")
+    assert c.enable_auto_commit is True
+    c.assign([tp])
+    assert [r.offset for r in c.poll(max_records=3)[tp]] == [0, 1, 2]
+    c.close()  # a ported kafka-python consumer's progress is committed
+    assert Consumer(wh, group_id="ported").committed(tp) == OffsetAndMetadata(3)
+
+
+def test_transactions_refuse_the_offsets_of_an_auto_committing_consumer(
+    tables: Warehouse,
+) -> None:
+    wh = tables
+    tp = TopicPartition("in", 0)
+    auto = Consumer(wh, group_id=GROUP, auto_offset_reset="earliest")
+    auto.assign([tp])
+    producer = Producer(wh, transactional_id=TID)
+    producer.init_transactions()
+    producer.begin_transaction()
+    with pytest.raises(InvalidConfigurationError, match="enable_auto_commit=False"):
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(2)}, auto.group_metadata())
+    manual = Consumer(wh, group_id=GROUP, enable_auto_commit=False)
+    producer.send_offsets_to_transaction({tp: OffsetAndMetadata(2)}, manual.group_metadata())
+    producer.commit_transaction()  # the refusal left the transaction usable
+    assert manual.committed(tp) == OffsetAndMetadata(2)
+    producer.close()

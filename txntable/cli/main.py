@@ -38,6 +38,7 @@ from txntable import __version__
 from txntable.consumer import Consumer
 from txntable.errors import SerializationError, TxnTableError
 from txntable.groups.describe import GroupDescription
+from txntable.groups.subscription import ConsumerRebalanceListener
 from txntable.maintenance.merge import RewriteReport
 from txntable.maintenance.vacuum import RETENTION_MS_DEFAULT, VacuumReport
 from txntable.maintenance.verify import RULES, VerifyReport, Violation
@@ -47,8 +48,8 @@ from txntable.protocol.schema import (
     Field,
     TypedLayout,
     record_from_json,
+    record_to_json,
     schema_to_json,
-    value_to_json,
 )
 from txntable.structs import (
     READ_COMMITTED,
@@ -499,7 +500,10 @@ def _print_description(d: TableDescription, producers: bool) -> None:
                 _text(o.producer_id),
                 _text(o.transactional_id or "-"),
                 _text(o.first_offset),
-                _text(_age(now - o.start_timestamp) if o.start_timestamp else "-", "yellow"),
+                _text(
+                    "-" if o.txn_start_timestamp is None else _age(now - o.txn_start_timestamp),
+                    "yellow",
+                ),
             )
         cli.print_table(t)
     if producers:
@@ -926,10 +930,8 @@ def _start_option(value: str | None) -> str | int | None:
     "--format",
     "fmt",
     type=click.Choice(["text", "value", "json"]),
-    default="text",
-    show_default=True,
-    help="text: partition, offset, key and value, tab-separated; value: values only; "
-    "json: one object per line.",
+    help="text (default): partition, offset, key and value, tab-separated; value: values "
+    "only; json: one object per line. A typed table's records are always JSON lines.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
@@ -937,7 +939,8 @@ def _start_option(value: str | None) -> str | int | None:
     type=click.Choice(ENCODINGS),
     default="utf-8",
     show_default=True,
-    help="How keys and values are printed.",
+    help="How keys and values are printed (a typed table's binary columns: as produce "
+    "reads them with the same --encoding).",
 )
 def consume(
     warehouse: str,
@@ -952,51 +955,64 @@ def consume(
     isolation_level: str,
     group: str | None,
     commit: bool,
-    fmt: str,
+    fmt: str | None,
     as_json: bool,
     encoding: str,
 ) -> None:
     """Print the records of TABLE: a range (to the end offsets as of the start, by default)
-    or, with --follow, new records as they are committed."""
+    or, with --follow, new records as they are committed.
+
+    With --group and no --partition it joins the group (as kafka-console-consumer does):
+    it reads the partitions the group assigns it and commits as a member."""
     begin = _start_option(start)
     if as_json:
         fmt = "json"
     wh = _open(warehouse, options)
     handle = wh.table(table)
+    layout = handle.layout
+    if layout is not None and fmt in ("text", "value"):
+        raise click.UsageError(
+            f"--format {fmt} does not apply to a typed table: its records print as JSON lines"
+        )
     tps = [TopicPartition(table, p) for p in (partitions or range(handle.num_partitions))]
     consumer = Consumer(
-        wh, isolation_level=isolation_level, group_id=group, auto_offset_reset="earliest"
+        wh,
+        isolation_level=isolation_level,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,  # --commit / --no-commit decide
     )
-    consumer.assign(tps)
-    if begin == "earliest" or (begin is None and group is None):
-        consumer.seek_to_beginning()
-    elif begin == "latest":
-        consumer.seek_to_end()
-    elif isinstance(begin, int):
-        for tp in tps:
-            consumer.seek(tp, begin)
     stop: dict[TopicPartition, int | None] = {tp: until for tp in tps}
     if not follow:
         for tp, end in consumer.end_offsets(tps).items():
             stop[tp] = end if until is None else min(until, end)
-    printer = _typed_printer if handle.layout is not None else _record_printer(fmt, encoding)
+    joined = group is not None and not partitions
+    if joined:
+        consumer.subscribe([table], listener=_StartAt(consumer, begin))
+    else:
+        consumer.assign(tps)
+        _seek(consumer, tps, begin if begin is not None or group is not None else "earliest")
+    printer = (
+        _record_printer(fmt or "text", encoding)
+        if layout is None
+        else _typed_printer(layout, encoding)
+    )
     count = 0
     reached: dict[TopicPartition, int] = {}
     idle_since = time.monotonic()
     stalled = 0
-    active = list(tps)
     try:
         while max_records is None or count < max_records:
-            active = [tp for tp in active if not _done(consumer.position(tp), stop[tp])]
-            if not active:
+            assigned = consumer.assignment()
+            active = [tp for tp in sorted(assigned) if not _done(consumer.position(tp), stop[tp])]
+            if not follow and not active and (assigned or not joined):
                 break
-            if set(active) != consumer.assignment():
-                consumer.assign(active)  # keeps positions; finished partitions are not fetched
+            # Finished partitions are paused: positions stay, nothing more is fetched.
+            consumer.pause([tp for tp in assigned if tp not in active])
             before = {tp: consumer.position(tp) for tp in active}
             limit = None if max_records is None else max_records - count
             polled = consumer.poll(timeout_ms=200 if follow else 100, max_records=limit)
-            for tp in active:
-                records = polled.get(tp, [])
+            for tp, records in sorted(polled.items()):
                 bound = stop[tp]
                 shown = [r for r in records if bound is None or r.offset < bound]
                 for r in shown:
@@ -1005,13 +1021,18 @@ def consume(
                 # What to commit: the position (past markers and aborted data too), or the
                 # stop offset when records at or past it were held back.
                 reached[tp] = consumer.position(tp) if len(shown) == len(records) else bound or 0
+            for tp in active:
+                if tp not in polled and tp in consumer.assignment():
+                    reached[tp] = consumer.position(tp)  # moved past markers only
             if polled:
                 idle_since = time.monotonic()
             if follow:
                 if idle_timeout_ms is not None and not polled:
                     if (time.monotonic() - idle_since) * 1000 >= idle_timeout_ms:
                         break
-            elif not polled and all(consumer.position(tp) == before[tp] for tp in active):
+            elif not polled and all(
+                tp in before and consumer.position(tp) == before[tp] for tp in consumer.assignment()
+            ):
                 stalled += 1  # the end offsets were taken at the start: this never lasts
                 if stalled >= 50:
                     click.echo("txntable: no progress towards the end offsets; stopping", err=True)
@@ -1022,23 +1043,52 @@ def consume(
         pass
     finally:
         sys.stdout.flush()
-    if group is not None and commit and reached:
-        consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in sorted(reached.items())})
+    owned = consumer.assignment()  # a member commits only what the group still gives it
+    done = {tp: pos for tp, pos in sorted(reached.items()) if tp in owned}
+    if group is not None and commit and done:
+        consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in done.items()})
     consumer.close()
     click.echo(f"Processed {count} record(s)", err=True)
+
+
+def _seek(consumer: Consumer, tps: list[TopicPartition], begin: str | int | None) -> None:
+    """Position ``tps`` at ``begin`` (``None``: the group's committed offset, else earliest)."""
+    if begin == "earliest":
+        consumer.seek_to_beginning(tps)
+    elif begin == "latest":
+        consumer.seek_to_end(tps)
+    elif isinstance(begin, int):
+        for tp in tps:
+            consumer.seek(tp, begin)
+
+
+class _StartAt(ConsumerRebalanceListener):
+    """Positions the partitions the group assigns at --from (none: the committed offset)."""
+
+    def __init__(self, consumer: Consumer, begin: str | int | None) -> None:
+        self.consumer = consumer
+        self.begin = begin
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        _seek(self.consumer, sorted(assigned), self.begin)
 
 
 def _done(position: int, stop: int | None) -> bool:
     return stop is not None and position >= stop
 
 
-def _typed_printer(r: ConsumerRecord) -> None:
-    """A typed table's record as one JSON line: its columns, then partition, offset and
-    timestamp (what ``produce`` reads back)."""
-    assert isinstance(r.value, dict)
-    row = {k: value_to_json(v) for k, v in r.value.items()}
-    row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
-    click.echo(json.dumps(row, ensure_ascii=False))
+def _typed_printer(layout: TypedLayout, encoding: str) -> Callable[[ConsumerRecord], None]:
+    """A typed table's record as one JSON line: its columns (binary in ``encoding``), then
+    partition, offset and timestamp — what ``produce`` with that encoding reads back."""
+
+    def show_typed(r: ConsumerRecord) -> None:
+        assert isinstance(r.value, dict)
+        where = f"a binary value of {r.topic}-{r.partition}@{r.offset}"
+        row = record_to_json(r.value, layout, lambda b: _encode_bytes(b, encoding, where) or "")
+        row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
+        click.echo(json.dumps(row, ensure_ascii=False))
+
+    return show_typed
 
 
 def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]:
@@ -1386,12 +1436,29 @@ def optimize(
     is_flag=True,
     help="Only partitions whose dirty ratio reaches min.cleanable.dirty.ratio.",
 )
+@click.option(
+    "--ignore-cleanup-policy",
+    is_flag=True,
+    help="Compact even a table whose cleanup.policy lacks compact (drops older records of "
+    "every key).",
+)
 @_json_flag
 def compact(
-    warehouse: str, options: dict[str, str], table: str, if_dirty: bool, as_json: bool
+    warehouse: str,
+    options: dict[str, str],
+    table: str,
+    if_dirty: bool,
+    ignore_cleanup_policy: bool,
+    as_json: bool,
 ) -> None:
-    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner)."""
-    report = _open(warehouse, options).table(table).compact(force=not if_dirty)
+    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner).
+
+    Refused unless the table's cleanup.policy includes compact."""
+    report = (
+        _open(warehouse, options)
+        .table(table)
+        .compact(force=not if_dirty, ignore_cleanup_policy=ignore_cleanup_policy)
+    )
     if as_json:
         _print_json(asdict(report))
     else:

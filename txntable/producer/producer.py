@@ -243,10 +243,10 @@ class Producer:
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._num_partitions: dict[str, int] = {}
-        #: Typed tables sent to: their layouts and per-column value checkers.
+        #: Typed tables sent to: their layouts and per-column value converters.
         self._typed: set[str] = set()
         self._layouts: dict[str, TypedLayout] = {}
-        self._checkers: dict[str, dict[str, Callable[[Any], None]]] = {}
+        self._converters: dict[str, dict[str, Callable[[Any], Any]]] = {}
         # Records larger than this are refused (they could never be buffered or sent).
         self._record_limit = min(max_request_size, buffer_memory)
         # send() seals a table's column lists once they hold this many record bytes, so
@@ -462,6 +462,8 @@ class Producer:
             KafkaTimeoutError: Storage kept failing for ``max_block_ms``; the transaction
                 must be aborted.
             ProducerFencedError: The producer was fenced.
+            InvalidConfigurationError: ``group_metadata`` comes from a consumer that
+                auto-commits (nothing is sent; the transaction is unaffected).
         """
         txn = self._require_txn()
         offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
@@ -473,6 +475,13 @@ class Producer:
             raise InvalidArgumentTypeError(
                 "group_metadata must be a ConsumerGroupMetadata (consumer.group_metadata()) or "
                 f"a group id, not {type(group_metadata).__name__}"
+            )
+        if meta.auto_commit:
+            # Its plain commits of positions would move the group past records whose
+            # transaction may still abort: exactly-once needs auto-commit off (Kafka too).
+            raise InvalidConfigurationError(
+                f"the consumer of group {meta.group_id} auto-commits its positions: create it "
+                "with enable_auto_commit=False to commit its offsets in transactions"
             )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
         assert self.transactional_id is not None
@@ -570,7 +579,7 @@ class Producer:
             )
             layout = table.layout
             if layout is not None:
-                self._checkers[topic] = layout.checkers()
+                self._converters[topic] = layout.converters()
                 self._layouts[topic] = layout
                 self._typed.add(topic)
             n = self._num_partitions[topic] = table.num_partitions
@@ -592,12 +601,16 @@ class Producer:
         partition: int | None = None,
         headers: Sequence[Header] | None = None,
         timestamp: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
         """Buffer a record for ``topic``; the future completes when its batch is committed.
 
         With no ``partition``, the partition is chosen when the buffered records are sealed
         (vectorised murmur2 of the key as Kafka's Java client; the sticky partition for a
-        null key), and reported by the future.
+        null key), and reported by the future. ``timestamp_ms`` is kafka-python's name of
+        ``timestamp`` (give one of them; kafka-python's positional order differs after
+        ``key``: pass ``headers``, ``partition`` and the timestamp by name).
 
         Raises:
             SerializationError: Key, value, a header or the timestamp has the wrong type.
@@ -611,6 +624,10 @@ class Producer:
         """
         # The per-record path: validation, one tuple appended without a lock, and a handle.
         # Partitioning, Arrow conversion, futures and memory accounting are per batch.
+        if timestamp_ms is not None:
+            if timestamp is not None:
+                raise InvalidArgumentTypeError("give timestamp or timestamp_ms, not both")
+            timestamp = timestamp_ms
         if self._closed or self._sender_error is not None:
             self._check_usable()
         txn = self.txn
@@ -718,11 +735,12 @@ class Producer:
                 f"table {topic} has Kafka's record: value must be bytes, not {type(value).__name__}"
             )
         try:
-            size = RECORD_OVERHEAD + check_record(value, layout, self._checkers[topic])
+            record, size = check_record(value, layout, self._converters[topic])
         except SerializationError:
             if not self._reload_layout(topic):
                 raise
             return self._send_typed(topic, value, key, partition, headers, timestamp)
+        size += RECORD_OVERHEAD
         if size > self._record_limit:
             raise self._too_large(size)
         if partition is None:
@@ -730,7 +748,6 @@ class Producer:
         elif not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         row_memory = size + PY_RECORD_OVERHEAD
-        record = dict(value)  # the caller may reuse its dict
         ident = _get_ident()
         while True:  # as send(): lock-free appends to this thread's lists
             columns = self._open.get(topic)
@@ -770,7 +787,7 @@ class Producer:
         if layout is None or layout == self._layouts.get(topic):
             return False
         self._seal(topic)
-        self._checkers[topic] = layout.checkers()
+        self._converters[topic] = layout.converters()
         self._layouts[topic] = layout
         return True
 
@@ -1014,9 +1031,22 @@ class Producer:
         self._enqueue(topic, runs, columns.memory)  # the lists are freed with ``columns``
         _return_freed_memory()
 
-    def flush(self) -> None:
-        """Send everything buffered and wait until it is committed (or failed)."""
-        self._wait_all()
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until it is committed (or failed).
+
+        Args:
+            timeout: Seconds to wait at most (kafka-python's argument); ``None``: no limit.
+
+        Raises:
+            KafkaTimeoutError: Records were still in flight after ``timeout`` seconds (they
+                stay buffered and are still sent).
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+        ):
+            raise InvalidArgumentTypeError(f"timeout must be seconds >= 0, not {timeout!r:.40}")
+        if not self._wait_all(timeout):
+            raise KafkaTimeoutError(f"flush: records still in flight after {timeout} s")
 
     def _pending_results(self) -> set[ProduceResult]:
         with self._lock:
@@ -1028,10 +1058,11 @@ class Producer:
                 pending.update(segment.results())
         return pending
 
-    def _wait_all(self) -> None:
+    def _wait_all(self, timeout: float | None = None) -> bool:
+        """Wait for every buffered record; whether all were done within ``timeout``."""
         pending = self._pending_results()
         if not pending:
-            return
+            return True
         with self._cond:
             # Only buffered records need the flag (the sender clears it when it drains);
             # set with nothing buffered, it outlived this call and the next record was sent
@@ -1039,8 +1070,12 @@ class Producer:
             if self._open or self._sealing or any(q.runs for q in self._queues.values()):
                 self._flush_requested = True
             self._cond.notify_all()
-        for result in pending:
-            result.wait(None)  # an error is the future's; transactional errors kept apart
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for result in pending:  # an error is the future's; transactional errors kept apart
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.wait(left):
+                return False
+        return True
 
     def _drop_buffered(self, error: TxnTableError) -> None:
         with self._seal_lock:
