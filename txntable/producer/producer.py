@@ -30,6 +30,7 @@ from txntable import config
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
+    InternalError,
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidTxnStateError,
@@ -345,7 +346,7 @@ class Producer:
         per partition, else ``None``."""
         self._seal_all()
         with self._cond:
-            if self._sending or self._txn_partitions:
+            if self._sending or self._txn_partitions or self._txn_error is not None:
                 return None
             queues = sorted((tp, q) for tp, q in self._queues.items() if q.runs)
             if not queues or any(q.record_bytes > self.max_request_size for _, q in queues):
@@ -364,11 +365,17 @@ class Producer:
         segments = [s for items in by_table.values() for s in items]
         try:
             intent = {t: tuple(self._write_segments(t, items)) for t, items in by_table.items()}
+        except Exception as e:
+            error = InternalError.wrap(e)
+            for segment in segments:
+                segment.fail(error)
+            txn.fail(error, fatal=isinstance(error, ProducerFencedError))
+            if error is e:
+                raise
+            raise error from e
         except BaseException as e:
             for segment in segments:
                 segment.fail(e)
-            if isinstance(e, TxnTableError):
-                txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise
         finally:
             self._round_done(segments)
@@ -843,12 +850,17 @@ class Producer:
             estimate = piece.nbytes * (1 + copies) + (stop - start) * ROW_BOOKKEEPING
             try:
                 self._wait_for_memory(topic, estimate, reserve=True)
-            except BufferExhaustedError as e:
-                result.fail(n - start, e)
+                self._queue_rows(
+                    topic, piece, sizes[start:stop], partition, result, start, estimate
+                )
+            except Exception as e:
+                error = InternalError.wrap(e)
+                result.fail(n - start, error)
                 if start and self.txn is not None:
-                    self.txn.fail(e, fatal=False)  # half a batch must not be committed
-                raise
-            self._queue_rows(topic, piece, sizes[start:stop], partition, result, start, estimate)
+                    self.txn.fail(error, fatal=False)  # half a batch must not be committed
+                if error is e:
+                    raise
+                raise error from e
             _return_freed_memory()
             start = stop
         return FutureSendBatch(result)
@@ -988,7 +1000,11 @@ class Producer:
                 table, timestamps, explicit, bases = columns.columns()
                 sizes = record_sizes(table)
             else:
-                table, timestamps, explicit, bases = typed_columns(columns, layout)
+                try:
+                    table, timestamps, explicit, bases = typed_columns(columns, layout)
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                    # A value send() let through that does not convert after all.
+                    raise SerializationError(f"a record of table {topic}: {e}") from e
                 sizes = typed_record_sizes(table)
             result.bases = bases
             partitions = choose_partitions(
@@ -1002,14 +1018,27 @@ class Producer:
             )
             result.start(n, timestamps)
             runs = seal(table, sizes, partitions, result, 0)
+        except Exception as e:
+            # Sealing runs in whichever thread fills the buffer: the batch's records fail
+            # (their futures hold the error) and the producer goes on with the next batch.
+            error = InternalError.wrap(e)
+            if error is not e:
+                _log.error("sealing a batch of %s failed", topic, exc_info=e)
+            self._fail_columns(columns, error)
+            self._on_send_error(error)
+            return
         except BaseException as e:
-            if not result.started:
-                result.start(n, np.zeros(n, np.int64))
-            result.fail(n, e)
-            self._release(columns.memory)
+            self._fail_columns(columns, e)
             raise
         self._enqueue(topic, runs, columns.memory)  # the lists are freed with ``columns``
         _return_freed_memory()
+
+    def _fail_columns(self, columns: RecordColumns, error: BaseException) -> None:
+        n = len(columns)
+        if not columns.result.started:
+            columns.result.start(n, np.zeros(n, np.int64))
+        columns.result.fail(n, error)
+        self._release(columns.memory)
 
     def flush(self) -> None:
         """Send everything buffered and wait until it is committed (or failed)."""
@@ -1155,8 +1184,8 @@ class Producer:
                     self._cond.wait(wait)
             try:
                 self._seal_all()
-            except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
-                self._on_unexpected_error(e)  # the sealed rows' futures hold the error
+            except Exception as e:  # noqa: BLE001 - a batch's failure is its futures'; this
+                self._on_unexpected_error(e)  # is the sender's own machinery failing
             with self._cond:
                 segments = self._take_round()
                 if not self._has_buffered():
@@ -1194,15 +1223,15 @@ class Producer:
         for topic, segments in by_table.items():
             try:
                 self._send_table(topic, segments)
-            except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
+            except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
+                error = InternalError.wrap(e)
+                if error is not e:
+                    _log.error("sending a batch of %s failed", topic, exc_info=e)
                 # The producer's state first: a caller woken by a failed future sees it.
-                if isinstance(e, TxnTableError):
-                    self._on_send_error(e)
-                else:
-                    self._on_unexpected_error(e)
+                self._on_send_error(error)
                 for segment in segments:
                     if not segment.settled:
-                        segment.fail(e)
+                        segment.fail(error)
 
     def _on_unexpected_error(self, e: Exception) -> None:
         # Unexpected (a bug or an unmapped library error): fail every later call, rather
