@@ -26,11 +26,13 @@ from txntable.errors import (
     InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    TableNotFoundError,
     TxnTableError,
     UnstableOffsetCommitError,
 )
 from txntable.groups.assignors import check_strategies
 from txntable.groups.offsets import (
+    check_offset_targets,
     check_offsets,
     committed_offset,
     open_group_table,
@@ -173,6 +175,13 @@ class Consumer:
         if table is None:
             table = self._tables[name] = self.warehouse.table(name)
         return table
+
+    def _partition_count(self, name: str) -> int | None:
+        """The table's partition count, ``None`` if there is no such table."""
+        try:
+            return self._table(name).num_partitions
+        except TableNotFoundError:
+            return None
 
     def _partition(self, tp: TopicPartition, refresh: bool = False) -> PartitionState:
         table = self._table(tp.topic)
@@ -699,6 +708,8 @@ class Consumer:
 
         Raises:
             OffsetMetadataTooLargeError: Metadata over the group's limit.
+            UnknownTopicOrPartitionError: A table or partition that does not exist; nothing
+                is committed.
             IllegalGenerationError: This consumer's generation is older than the group's
                 (a ``CommitFailedError``): when subscribed, a newer generation took some of
                 the partitions away (one in which it still owns them all is retried).
@@ -709,6 +720,7 @@ class Consumer:
         offsets = check_offsets(offsets)
         if not offsets:
             return
+        check_offset_targets(self.group_id or "", offsets, self._partition_count)
         sub = self._subscription
         if sub is None:
             self.commit_for_generation(offsets, self.group_generation)

@@ -39,11 +39,13 @@ from txntable.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     SerializationError,
+    TableNotFoundError,
     TransientStorageError,
     TxnTableError,
     UnknownTopicOrPartitionError,
 )
 from txntable.groups.offsets import (
+    check_offset_targets,
     check_offsets,
     open_group_table,
     plan_offset_commit,
@@ -463,6 +465,8 @@ class Producer:
             KafkaTimeoutError: Storage kept failing for ``max_block_ms``; the transaction
                 must be aborted.
             ProducerFencedError: The producer was fenced.
+            UnknownTopicOrPartitionError: A table or partition that does not exist; nothing
+                is sent and the transaction goes on.
         """
         txn = self._require_txn()
         offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
@@ -476,6 +480,7 @@ class Producer:
                 f"a group id, not {type(group_metadata).__name__}"
             )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
+        check_offset_targets(meta.group_id, offsets, self._offset_partition_count)
         assert self.transactional_id is not None
         tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
 
@@ -579,6 +584,14 @@ class Producer:
                 self._typed.add(topic)
             n = self._num_partitions[topic] = table.num_partitions
         return n
+
+    def _offset_partition_count(self, topic: str) -> int | None:
+        """A table's partition count for an offset commit, ``None`` if there is no such
+        table."""
+        try:
+            return self._partition_count(topic)
+        except TableNotFoundError:
+            return None
 
     def _check_usable(self) -> None:
         if self._closed:
