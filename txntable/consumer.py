@@ -8,6 +8,7 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -77,6 +78,8 @@ __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
 
 #: What a fetch returns for one partition: segment rows and their offsets.
 Fetched = tuple[pa.Table, np.ndarray]
+
+_log = logging.getLogger(__name__)
 
 
 class Consumer:
@@ -217,6 +220,7 @@ class Consumer:
                 self._forget_read_ahead(tp)
         self._assignment = tps
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
+        self._awaiting &= set(tps)
 
     def assignment(self) -> set[TopicPartition]:
         """The assigned partitions (of the group, when subscribed)."""
@@ -327,7 +331,8 @@ class Consumer:
         return {tp: OffsetAndMetadata(self._positions[tp]) for tp in tps if tp in self._positions}
 
     def _resolve_awaiting(self) -> None:
-        """Give newly assigned partitions their starting position once it is stable."""
+        """Give partitions waiting for a stable committed offset (newly assigned by the
+        group, or assigned partitions whose offset was unstable) their starting position."""
         for tp in sorted(self._awaiting):
             try:
                 self._reset(tp)
@@ -346,6 +351,8 @@ class Consumer:
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + 1.0
+        if not self.warehouse.finish_stuck_transactions:
+            return  # read-only: wait for the producer, recover() or a writer
         from txntable.layout import group_root
         from txntable.txn.coordinator import TransactionCoordinator
         from txntable.txn.recovery import finish_if_stuck
@@ -365,8 +372,9 @@ class Consumer:
             if loaded[0].producer_id in pending:
                 try:
                     finish_if_stuck(coordinator, tid, now_ms(), None)
-                except TxnTableError:
-                    pass  # another client finished it first, or storage trouble: next sweep
+                except TxnTableError as e:
+                    # Another client finished it first, or storage trouble: next sweep.
+                    _log.info("could not finish the transaction of %s: %s", tid, e)
 
     # --- pause / resume --------------------------------------------------------------------
 
@@ -404,16 +412,19 @@ class Consumer:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         self._targets([partition])
         self._positions[partition] = offset
+        self._awaiting.discard(partition)  # a position of its own: no committed offset
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Seek to the log start offset of each partition (all assigned if none given)."""
         for tp in self._targets(partitions):
             self._positions[tp] = self._partition(tp, refresh=True).log_start_offset
+            self._awaiting.discard(tp)
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Seek to the end offset (LSO under read_committed, else the high watermark)."""
         for tp in self._targets(partitions):
             self._positions[tp] = self._end(self._partition(tp, refresh=True))
+            self._awaiting.discard(tp)
 
     def _end(self, part: PartitionState) -> int:
         if self.isolation_level == READ_COMMITTED:
@@ -553,11 +564,12 @@ class Consumer:
                 raise InvalidConfigurationError(f"{name} must be >= {minimum}, got {value}")
         if self._subscription is not None:
             self._subscription.poll()
-            self._resolve_awaiting()
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            if self._awaiting:
+                self._resolve_awaiting()
             for table in {tp.topic for tp in self._fetchable()}:
                 self._refresh(self._table(table))
             out = self._fetch(limit)
@@ -582,7 +594,14 @@ class Consumer:
         remaining = limit
         for tp in order:
             if remaining > 0:
-                part, pos = self._fetch_position(tp)
+                try:
+                    part, pos = self._fetch_position(tp)
+                except UnstableOffsetCommitError:
+                    # Kafka's consumer keeps fetching the committed offset while it is
+                    # unstable and returns nothing for the partition meanwhile.
+                    self._awaiting.add(tp)
+                    self._finish_pending_offset_transactions()
+                    continue
                 plan = plan_fetch(part, pos, self._end(part), committed, remaining, lookahead)
                 plans.append((tp, plan))
                 ahead.append((tp, plan.ahead))
