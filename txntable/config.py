@@ -115,6 +115,10 @@ METADATA_MAX_AGE_MS_DEFAULT = 300_000
 
 # --- readers (Consumer, Table.scan) -------------------------------------------------------
 
+#: Kafka's consumer ``request.timeout.ms``: how long a reader retries a failing storage
+#: request (a log version, a segment) before raising ``KafkaTimeoutError``.
+REQUEST_TIMEOUT_MS_DEFAULT = 30_000
+
 #: Threads fetching segments at once: object-store reads are latency bound, not CPU bound.
 READ_WORKERS_DEFAULT = 16
 
@@ -246,6 +250,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "max_poll_interval_ms": int_at_least(1),
     "partition_assignment_strategy": assignment_strategy,
     "metadata_max_age_ms": int_at_least(0),
+    "request_timeout_ms": int_at_least(0),
 }
 
 #: ``Table.scan`` arguments (offsets and partitions are checked by the planning).
@@ -253,6 +258,7 @@ SCAN_ARGUMENTS: dict[str, Validator] = {
     "isolation_level": one_of("read_committed", "read_uncommitted"),
     "max_workers": int_at_least(1),
     "max_bytes_in_flight": int_at_least(1),
+    "request_timeout_ms": int_at_least(0),
 }
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +72,7 @@ from txntable.structs import (
     check_topic_partitions,
 )
 from txntable.table import Table
-from txntable.util import now_ms
+from txntable.util import now_ms, within_timeout
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
@@ -80,6 +81,7 @@ __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
 Fetched = tuple[pa.Table, np.ndarray]
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Consumer:
@@ -103,6 +105,10 @@ class Consumer:
         fetch_max_bytes: Segment bytes (as stored) fetched in the background ahead of the
             positions, so object-store latency overlaps the caller's work (Kafka's
             ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
+        request_timeout_ms: How long a storage request that fails transiently (reading
+            the log, a segment, the group's offsets) is retried before the call raises
+            ``KafkaTimeoutError`` (Kafka's ``request.timeout.ms``); ``poll`` may block this
+            long beyond its own timeout while storage fails.
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
@@ -132,6 +138,7 @@ class Consumer:
             config.PARTITION_ASSIGNMENT_STRATEGY_DEFAULT
         ),
         metadata_max_age_ms: int = config.METADATA_MAX_AGE_MS_DEFAULT,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
@@ -147,6 +154,7 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self.fetch_max_bytes = fetch_max_bytes
+        self.request_timeout_ms = request_timeout_ms
         self._cache: SegmentCache | None = None
         self._closed = False
         self._next_start = 0
@@ -173,10 +181,24 @@ class Consumer:
 
     # --- assignment and positions ----------------------------------------------------------
 
+    def _io(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn``, retrying transient storage errors for ``request_timeout_ms``.
+
+        Raises:
+            KafkaTimeoutError: Storage kept failing that long.
+        """
+        return within_timeout(fn, self.request_timeout_ms, what)
+
     def _table(self, name: str) -> Table:
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = self.warehouse.table(name)
+
+            def load() -> Table:
+                loaded = self.warehouse.table(name)
+                loaded.snapshot(refresh=False)
+                return loaded
+
+            table = self._tables[name] = self._io(f"loading table {name}", load)
         return table
 
     def _partition_count(self, name: str) -> int | None:
@@ -192,11 +214,10 @@ class Consumer:
             self._refresh(table)
         return table.snapshot(refresh=False).partition(tp.partition)
 
-    @staticmethod
-    def _refresh(table: Table) -> None:
+    def _refresh(self, table: Table) -> None:
         # Read the new versions, then complete what a dead producer left prepared (at most
         # one coordinator read per stuck transactional id per grace period).
-        table.snapshot(refresh=True)
+        self._io(f"reading table {table.name}", table.snapshot)
         table.finish_stuck_transactions()
 
     def _check_open(self) -> None:
@@ -670,7 +691,9 @@ class Consumer:
 
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:
-            reader = SegmentReader(self.warehouse.store)
+            reader = SegmentReader(
+                self.warehouse.store, request_timeout_ms=self.request_timeout_ms
+            )
             self._cache = SegmentCache(
                 reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT, self._layout
             )
@@ -686,7 +709,11 @@ class Consumer:
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         if self._group is None:
-            self._group = open_group_table(self.warehouse.store, self.group_id, create)
+            group_id = self.group_id
+            self._group = self._io(
+                f"opening group {group_id}",
+                lambda: open_group_table(self.warehouse.store, group_id, create),
+            )
         return self._group
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -716,7 +743,8 @@ class Consumer:
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
         while True:
             try:
-                return committed_offset(table.snapshot(), self.group_id or "", partition)
+                snap = self._io(f"reading group {self.group_id}", table.snapshot)
+                return committed_offset(snap, self.group_id or "", partition)
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:
                     raise

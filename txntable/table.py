@@ -217,6 +217,7 @@ class Table:
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
         columns: Sequence[str] | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> TableScan:
         """A bulk read of the table as Arrow: ``.to_arrow()``, ``.to_batches()``, ``.to_pandas()``.
 
@@ -240,8 +241,12 @@ class Table:
             max_bytes_in_flight: Segment bytes fetched ahead of the batch being returned.
             columns: Return only these columns, in this order. On a typed table only the
                 requested user columns are read from the segments' Parquet files.
+            request_timeout_ms: How long a failing storage request (the snapshot, a
+                segment) is retried before ``KafkaTimeoutError``.
 
         Raises:
+            KafkaTimeoutError: Storage kept failing for ``request_timeout_ms`` (also from
+                the ``to_*`` calls).
             OffsetOutOfRangeError: A starting offset is past the high watermark, or an
                 offset is below the log start offset.
             UnknownTopicOrPartitionError: A partition the table does not have.
@@ -259,6 +264,7 @@ class Table:
             max_workers,
             max_bytes_in_flight,
             columns,
+            request_timeout_ms,
         )
 
     @property

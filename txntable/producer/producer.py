@@ -88,7 +88,7 @@ from txntable.structs import (
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnMetadata
 from txntable.txn.recovery import StuckTransactionFinisher
-from txntable.util import retry_transient
+from txntable.util import RETRIABLE, retry_transient, within_timeout
 from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
@@ -366,7 +366,10 @@ class Producer:
         txn = self._require_txn()
         segments = [s for items in by_table.values() for s in items]
         try:
-            intent = {t: tuple(self._write_segments(t, items)) for t, items in by_table.items()}
+            deadline = self._deadline(self.delivery_timeout_ms)
+            intent = {
+                t: tuple(self._write_segments(t, items, deadline)) for t, items in by_table.items()
+            }
         except Exception as e:
             error = InternalError.wrap(e)
             for segment in segments:
@@ -1237,9 +1240,17 @@ class Producer:
             try:
                 self._send_table(topic, segments)
             except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
-                error = InternalError.wrap(e)
-                if error is not e:
-                    _log.error("sending a batch of %s failed", topic, exc_info=e)
+                if isinstance(e, RETRIABLE):
+                    # Kafka's batch expiry: the outcome is unknown, the time is up.
+                    error: TxnTableError = KafkaTimeoutError(
+                        f"batch of {topic} not committed within delivery_timeout_ms="
+                        f"{self.delivery_timeout_ms} (outcome unknown: {e})"
+                    )
+                    error.__cause__ = e
+                else:
+                    error = InternalError.wrap(e)
+                    if error is not e:
+                        _log.error("sending a batch of %s failed", topic, exc_info=e)
                 # The producer's state first: a caller woken by a failed future sees it.
                 self._on_send_error(error)
                 for segment in segments:
@@ -1264,8 +1275,11 @@ class Producer:
             self.producer_epoch += 1
             self._sequences.clear()
 
-    def _write_segments(self, topic: str, segments: list[ProducerBatch]) -> list[PendingBatch]:
-        """Write one segment per partition; assign sequences (once, kept on retry)."""
+    def _write_segments(
+        self, topic: str, segments: list[ProducerBatch], deadline: float
+    ) -> list[PendingBatch]:
+        """Write one segment per partition; assign sequences (once, kept on retry).
+        Failing puts are retried until ``deadline`` (``time.monotonic()``)."""
         table = self._table(topic)
         sequences = []
         for segment in segments:
@@ -1287,7 +1301,7 @@ class Producer:
                 data = encode_table(rows)
                 low, high = timestamp_range(rows)
                 path = table.segment_key(segment.partition, new_segment_name())
-                puts.append(self._submit_put(path, data))
+                puts.append(self._submit_put(path, data, deadline))
                 pending.append(
                     PendingBatch(
                         partition=segment.partition,
@@ -1313,7 +1327,7 @@ class Producer:
             self._partitioner.on_new_batch(topic, table.num_partitions)
         return pending
 
-    def _submit_put(self, path: str, data: bytes) -> Future[None]:
+    def _submit_put(self, path: str, data: bytes, deadline: float) -> Future[None]:
         """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
         with self._cond:
             self._queued_memory += len(data)
@@ -1322,26 +1336,35 @@ class Producer:
 
         def put() -> None:
             try:
-                self._put_segment(path, data)
+                self._retry(
+                    lambda: self.store.put_data_file(path, data), self._remaining_ms(deadline)
+                )
             finally:
                 self._release(len(data))
 
         return self._pool.submit(put)
 
     def _send_table(self, topic: str, segments: list[ProducerBatch]) -> None:
+        """Write and commit one round's segments of ``topic``, retrying transient storage
+        errors for ``delivery_timeout_ms`` in all (Kafka's ``delivery.timeout.ms``)."""
+        deadline = self._deadline(self.delivery_timeout_ms)
         self._ensure_producer_id()
         table = self._table(topic)
-        pending = self._write_segments(topic, segments)
+        pending = self._write_segments(topic, segments, deadline)
         if self.txn is not None:
             new = {s.partition for s in segments} - self._txn_partitions.get(topic, set())
             if new:
                 assert self.transactional_id is not None
                 self._coordinator_cache = None
                 tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
-                self._retry(lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}))
+                self._retry(
+                    lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}),
+                    self._remaining_ms(deadline),
+                )
                 self._txn_partitions.setdefault(topic, set()).update(new)
         result, _ = self._retry(
-            lambda: table.append(pending, transactional_id=self.transactional_id)
+            lambda: table.append(pending, transactional_id=self.transactional_id),
+            self._remaining_ms(deadline),
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
         self._finish_stuck_transactions(table)
@@ -1362,8 +1385,14 @@ class Producer:
         if self._finisher is not None:
             self._finisher.check(table.snapshot(refresh=False))
 
-    def _put_segment(self, path: str, data: bytes) -> None:
-        self._retry(lambda: self.store.put_data_file(path, data))
+    @staticmethod
+    def _deadline(timeout_ms: int) -> float:
+        return time.monotonic() + timeout_ms / 1000
+
+    @staticmethod
+    def _remaining_ms(deadline: float) -> int:
+        """Milliseconds left until ``deadline`` (0: one last attempt, no retry)."""
+        return max(0, int((deadline - time.monotonic()) * 1000))
 
     def _retry(self, fn: Callable[[], T], timeout_ms: int | None = None) -> T:
         """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.
@@ -1382,12 +1411,9 @@ class Producer:
             KafkaTimeoutError: Storage kept failing for ``max_block_ms`` (Kafka's
                 ``TimeoutException`` of a blocking producer call).
         """
-        try:
-            return self._retry(fn, self.max_block_ms)
-        except (TransientStorageError, OSError) as e:
-            raise KafkaTimeoutError(
-                f"{what} did not finish within max_block_ms={self.max_block_ms} ({e})"
-            ) from e
+        return within_timeout(
+            fn, self.max_block_ms, what, "max_block_ms", give_up=lambda: self._exiting
+        )
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partition numbers of ``topic``.
