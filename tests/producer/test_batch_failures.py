@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from tableutil import read_all
+from tableutil import ReadFaultStore, is_log_version, read_all
 
 from txntable import Producer, Warehouse
-from txntable.errors import InternalError, TxnTableError
+from txntable.errors import InternalError, KafkaTimeoutError, StorageError, TxnTableError
 from txntable.producer import accumulator, partitioner
 from txntable.producer import producer as producer_module
 
@@ -144,3 +144,38 @@ def test_wrap_keeps_typed_errors() -> None:
     assert InternalError.wrap(typed) is typed
     wrapped = InternalError.wrap(ValueError("zero-size array"))
     assert isinstance(wrapped, InternalError) and isinstance(wrapped.__cause__, ValueError)
+
+
+# --- KIP-360: a failed idempotent batch does not fail the next healthy one (issue 25.4) ------
+
+
+@pytest.mark.parametrize("failure", ["refused", "timed out"])
+def test_the_next_healthy_batch_after_a_failed_one_succeeds(
+    fault_store: ReadFaultStore, make_producer: MakeProducer, failure: str
+) -> None:
+    wh = Warehouse(store=fault_store)
+    wh.create_table("t", partitions=2)
+    p = make_producer(wh, linger_ms=0, delivery_timeout_ms=200)
+    first = [p.send("t", value=b"a%d" % i, partition=i) for i in (0, 1)]
+    assert [f.get(10).offset for f in first] == [0, 0]
+    if failure == "refused":  # nothing written: the log put is refused
+        fault_store.fail_before_write(
+            is_log_version, times=1, exc=StorageError("refused"), ops={"put_if_absent"}
+        )
+        expected: type[Exception] = StorageError
+    else:  # storage down longer than delivery_timeout_ms: the batch expires
+        fault_store.fail_before_write(lambda k: k.endswith(".parquet"), times=10_000)
+        expected = KafkaTimeoutError
+    lost = [p.send("t", value=b"b%d" % i, partition=i) for i in (0, 1)]
+    for f in lost:
+        with pytest.raises(expected):
+            f.get(10)
+    fault_store.clear()
+    later = [p.send("t", value=b"c%d" % i, partition=i) for i in (0, 1)]
+    assert [f.get(10).offset for f in later] == [1, 1]
+    got = read_all(wh, "t", [0, 1], "read_committed")
+    assert got == {0: [(0, b"a0"), (1, b"c0")], 1: [(0, b"a1"), (1, b"c1")]}
+    # The producer continued under a new epoch, sequences from 0 (KIP-360).
+    snap = wh.table("t").snapshot()
+    entry = snap.partition(0).producers[p.producer_id]
+    assert entry.epoch == 1 and entry.last_seq == 0

@@ -35,7 +35,6 @@ from txntable.errors import (
     InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
-    OutOfOrderSequenceError,
     ProducerFencedError,
     RecordTooLargeError,
     SerializationError,
@@ -86,7 +85,7 @@ from txntable.structs import (
     TopicPartition,
 )
 from txntable.table import Table
-from txntable.txn.coordinator import TransactionCoordinator, TxnMetadata
+from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnMetadata
 from txntable.txn.recovery import StuckTransactionFinisher
 from txntable.util import RETRIABLE, retry_transient, within_timeout
 from txntable.warehouse import Warehouse, require_warehouse
@@ -1041,7 +1040,7 @@ class Producer:
             if error is not e:
                 _log.error("sealing a batch of %s failed", topic, exc_info=e)
             self._fail_columns(columns, error)
-            self._on_send_error(error)
+            self._on_send_error(error, sequenced=False)
             return
         except BaseException as e:
             self._fail_columns(columns, e)
@@ -1265,14 +1264,22 @@ class Producer:
         if self.txn is not None:
             self.txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
 
-    def _on_send_error(self, error: TxnTableError) -> None:
+    def _on_send_error(self, error: TxnTableError, sequenced: bool = True) -> None:
+        """A batch failed: a transaction can only be aborted now; an idempotent producer
+        whose batch took sequence numbers (``sequenced``) continues under a new epoch."""
         if self.txn is not None:
             fatal = isinstance(error, ProducerFencedError)
             self._txn_error = error
             self.txn.fail(error, fatal=fatal)
-        elif isinstance(error, OutOfOrderSequenceError):
-            # Sequences of the lost batch are burnt: continue under a fresh epoch (KIP-360).
-            self.producer_epoch += 1
+        elif sequenced and self.enable_idempotence and self.producer_id != NO_PRODUCER_ID:
+            # KIP-360: the failed batch's sequences were taken and never reached the log (or
+            # its outcome is unknown), so the next batch would leave a gap and be refused as
+            # out of order; continuing under a fresh epoch restarts every sequence at 0
+            # without reusing one that may be in the log.
+            if self.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+                self.producer_id = NO_PRODUCER_ID  # exhausted: a new id at the next send
+            else:
+                self.producer_epoch += 1
             self._sequences.clear()
 
     def _write_segments(
