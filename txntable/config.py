@@ -27,7 +27,6 @@ from txntable.layout import validate_id
 
 # --- log ----------------------------------------------------------------------------------
 
-COMMIT_MAX_ATTEMPTS_DEFAULT = 50
 COMMIT_BACKOFF_MS_DEFAULT = 5
 COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 #: How often (ms) a long-lived handle confirms with one LIST that the version its refresh

@@ -346,17 +346,25 @@ class Table:
         markers: list[PendingMarker] | None = None,
         app_txn: AppTxn | None = None,
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[AppendResult, int]:
         """Commit already-written segments and/or markers as one log version.
 
+        Args:
+            timeout_ms: The commit's time budget (default: the table's commit timeout).
+
         Returns:
             Offsets assigned (duplicates get their original offsets) and the version.
+
+        Raises:
+            KafkaTimeoutError: Not decided within the budget (storage failing; outcome
+                unknown: an idempotent retry resolves it).
         """
         if self.group_commit is not None:
             from txntable.protocol.sequencing import AppendOp
 
             op = AppendOp(tuple(batches), tuple(markers or ()), app_txn)
-            result, version = self.submit(op, transactional_id)
+            result, version = self.submit(op, transactional_id, timeout_ms)
             assert isinstance(result, AppendResult)
             return result, version
         marks = markers or []
@@ -364,10 +372,12 @@ class Table:
         def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
             return plan_append(s, batches, marks, app_txn, now_ms())
 
-        plan, version = self.commit(build, transactional_id)
+        plan, version = self.commit(build, transactional_id, timeout_ms)
         return plan.result, version
 
-    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[object, int]:
+    def submit(
+        self, op: Operation, transactional_id: str | None = None, timeout_ms: int | None = None
+    ) -> tuple[object, int]:
         """Commit a declarative operation (an append, an offset commit), which any writer
         of the table may commit on this one's behalf (group commit).
 
@@ -376,25 +386,31 @@ class Table:
         """
         self.snapshot(refresh=False)  # loaded, so a first commit needs no special case
         if self.group_commit is None:
-            plan, version = self.commit(lambda s: op.plan(s, now_ms()), transactional_id)
+            plan, version = self.commit(
+                lambda s: op.plan(s, now_ms()), transactional_id, timeout_ms
+            )
             return plan.result, version
-        return self.group_commit.submit(op, transactional_id)
+        return self.group_commit.submit(op, transactional_id, timeout_ms)
 
     def commit(
         self,
         build: Callable[[TableSnapshot], CommitPlan[T]],
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[CommitPlan[T], int]:
-        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`).
+        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`),
+        within ``timeout_ms`` (default: the commit timeout).
 
         Optimistic: the attempt starts from the handle's snapshot without a refresh; a lost
         race refreshes it and calls ``build`` again.
         """
         if self.group_commit is not None:
             self.snapshot(refresh=False)
-            return self.group_commit.commit(build, transactional_id)
+            return self.group_commit.commit(build, transactional_id, timeout_ms)
         with self._lock:
-            return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
+            return self.log.commit(
+                self.snapshot(refresh=False), build, transactional_id, timeout_ms
+            )
 
     def delete_records(self, offsets: Mapping[int, int]) -> dict[int, int]:
         """Kafka's DeleteRecords: move partitions' log start offsets forward.

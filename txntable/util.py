@@ -71,6 +71,17 @@ def within_timeout(
         ) from e
 
 
+def deadline_after(timeout_ms: int) -> float:
+    """The ``time.monotonic()`` at which ``timeout_ms`` from now will have passed."""
+    return time.monotonic() + timeout_ms / 1000
+
+
+def remaining_ms(deadline: float) -> int:
+    """Milliseconds left until ``deadline`` (``time.monotonic()``); 0 once it has passed
+    (one last attempt, no retry)."""
+    return max(0, int((deadline - time.monotonic()) * 1000))
+
+
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch."""
     return int(time.time() * 1000)

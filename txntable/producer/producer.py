@@ -87,7 +87,13 @@ from txntable.structs import (
 from txntable.table import Table
 from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnMetadata
 from txntable.txn.recovery import StuckTransactionFinisher
-from txntable.util import RETRIABLE, retry_transient, within_timeout
+from txntable.util import (
+    RETRIABLE,
+    deadline_after,
+    remaining_ms,
+    retry_transient,
+    within_timeout,
+)
 from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
@@ -365,7 +371,7 @@ class Producer:
         txn = self._require_txn()
         segments = [s for items in by_table.values() for s in items]
         try:
-            deadline = self._deadline(self.delivery_timeout_ms)
+            deadline = deadline_after(self.delivery_timeout_ms)
             intent = {
                 t: tuple(self._write_segments(t, items, deadline)) for t, items in by_table.items()
             }
@@ -1351,7 +1357,7 @@ class Producer:
         def put() -> None:
             try:
                 self._retry(
-                    lambda: self.store.put_data_file(path, data), self._remaining_ms(deadline)
+                    lambda: self.store.put_data_file(path, data), remaining_ms(deadline)
                 )
             finally:
                 self._release(len(data))
@@ -1361,7 +1367,7 @@ class Producer:
     def _send_table(self, topic: str, segments: list[ProducerBatch]) -> None:
         """Write and commit one round's segments of ``topic``, retrying transient storage
         errors for ``delivery_timeout_ms`` in all (Kafka's ``delivery.timeout.ms``)."""
-        deadline = self._deadline(self.delivery_timeout_ms)
+        deadline = deadline_after(self.delivery_timeout_ms)
         self._ensure_producer_id()
         table = self._table(topic)
         pending = self._write_segments(topic, segments, deadline)
@@ -1373,12 +1379,16 @@ class Producer:
                 tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
                 self._retry(
                     lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}),
-                    self._remaining_ms(deadline),
+                    remaining_ms(deadline),
                 )
                 self._txn_partitions.setdefault(topic, set()).update(new)
         result, _ = self._retry(
-            lambda: table.append(pending, transactional_id=self.transactional_id),
-            self._remaining_ms(deadline),
+            lambda: table.append(
+                pending,
+                transactional_id=self.transactional_id,
+                timeout_ms=remaining_ms(deadline),
+            ),
+            remaining_ms(deadline),
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
         self._finish_stuck_transactions(table)
@@ -1398,15 +1408,6 @@ class Producer:
         """
         if self._finisher is not None:
             self._finisher.check(table.snapshot(refresh=False))
-
-    @staticmethod
-    def _deadline(timeout_ms: int) -> float:
-        return time.monotonic() + timeout_ms / 1000
-
-    @staticmethod
-    def _remaining_ms(deadline: float) -> int:
-        """Milliseconds left until ``deadline`` (0: one last attempt, no retry)."""
-        return max(0, int((deadline - time.monotonic()) * 1000))
 
     def _retry(self, fn: Callable[[], T], timeout_ms: int | None = None) -> T:
         """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.

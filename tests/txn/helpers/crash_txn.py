@@ -68,10 +68,10 @@ def arm(point: str) -> None:
     orig_append = Table.append
     orig_cas = TransactionCoordinator.cas
 
-    def append(self, batches, markers=None, app_txn=None, transactional_id=None):  # type: ignore[no-untyped-def]
+    def append(self, batches, markers=None, app_txn=None, transactional_id=None, timeout_ms=None):  # type: ignore[no-untyped-def]  # noqa: E501
         if point == "registered" and batches:
             die()  # add_partitions for this table returned; its data is not committed
-        result = orig_append(self, batches, markers, app_txn, transactional_id)
+        result = orig_append(self, batches, markers, app_txn, transactional_id, timeout_ms)
         if markers and self.name == "ta":
             kind = markers[0].type
             if (point, kind) in (("some_markers", "COMMIT"), ("some_abort_markers", "ABORT")):
