@@ -135,6 +135,12 @@ class RecordTooLargeError(TxnTableError):
     """A record is larger than ``max_request_size``."""
 
 
+class OffsetsUnknownError(TxnTableError):
+    """Records were committed, but their offsets can no longer be read back: another
+    client completed their transaction, and maintenance merged their batch or expired its
+    producer before this producer looked."""
+
+
 class BufferExhaustedError(TxnTableError):
     """``send`` waited ``max_block_ms`` for buffer memory (Kafka's TimeoutException)."""
 

@@ -35,6 +35,7 @@ from txntable.errors import (
     InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
+    OffsetsUnknownError,
     ProducerFencedError,
     RecordTooLargeError,
     SerializationError,
@@ -67,9 +68,8 @@ from txntable.producer.accumulator import (
 from txntable.producer.futures import FutureRecordMetadata, FutureSendBatch, ProduceResult
 from txntable.producer.partitioner import StickyPartitioner
 from txntable.producer.transaction_manager import ClientTxnState, TransactionManager
-from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Batch
 from txntable.protocol.append import AppendResult, PendingBatch
-from txntable.protocol.producer_state import BatchMetadata
 from txntable.protocol.records import (
     encode_table,
     record_sizes,
@@ -233,6 +233,9 @@ class Producer:
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
+        #: Whether the transaction being ended is decided: True (PrepareCommit), False
+        #: (PrepareAbort), None (not known to be).
+        self._decided: bool | None = None
         self._finisher = (
             StuckTransactionFinisher(
                 self.coordinator,
@@ -327,10 +330,19 @@ class Producer:
     def commit_transaction(self) -> None:
         """Flush, then commit: markers on every partition written, atomically decided.
 
+        Once the commit is decided (the coordinator's PrepareCommit), this call either
+        finishes it or raises ``KafkaTimeoutError``, after which the only legal call is
+        ``commit_transaction()`` again (``abort_transaction()`` is refused): a decided
+        commit is never reported as failed.
+
         Raises:
+            KafkaTimeoutError: The outcome is unknown, or the commit is decided but not
+                finished within ``delivery_timeout_ms``; call ``commit_transaction()``
+                again to finish it.
             ProducerFencedError: A newer instance took over; nothing of this
                 transaction becomes visible.
-            TxnTableError: A send of the transaction failed; call ``abort_transaction``.
+            TxnTableError: A send of the transaction failed, or the commit was refused
+                before it was decided; call ``abort_transaction``.
         """
         txn = self._require_txn()
         if txn.state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
@@ -399,25 +411,34 @@ class Producer:
         tid = self.transactional_id or ""
         pid, epoch = self.producer_id, self.producer_epoch
         results: dict[str, AppendResult] = {}
+        deadline = deadline_after(self.delivery_timeout_ms)
         try:
             done, etag = self._retry(
                 lambda: self.coordinator.commit_short_path(
-                    tid, pid, epoch, intent, self._coordinator_cache, results
-                )
+                    tid,
+                    pid,
+                    epoch,
+                    intent,
+                    self._coordinator_cache,
+                    results,
+                    deadline,
+                    self._on_decided,
+                ),
+                remaining_ms(deadline),
             )
-        except (TransientStorageError, OSError) as e:
+        except Exception as e:
             self._coordinator_cache = None
-            raise KafkaTimeoutError(
-                f"commit outcome unknown ({e}); call commit_transaction() again to finish it"
-            ) from e
-        except TxnTableError as e:
-            self._coordinator_cache = None
+            if self._decided is not None or isinstance(e, RETRIABLE):
+                raise self._unfinished(True, e) from e
+            error = InternalError.wrap(e)
             self._end_retry = None
             for items in by_table.values():
                 for segment in items:
-                    segment.fail(e)
-            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
-            raise
+                    segment.fail(error)
+            txn.fail(error, fatal=isinstance(error, ProducerFencedError))
+            if error is e:
+                raise
+            raise error from e
         for topic, items in by_table.items():
             table = self._table(topic)
             appended = results.get(topic)
@@ -426,23 +447,64 @@ class Producer:
                     segment.resolve(base)
                 continue
             for segment, batch in zip(items, intent[topic], strict=True):
-                meta = self._committed_batch(table, segment.partition, batch)
-                if meta is None:  # another client finished our decision: catch up once
-                    table.snapshot(refresh=True)
-                    meta = self._committed_batch(table, segment.partition, batch)
-                assert meta is not None, "a committed short-path batch is in the log"
-                segment.resolve(meta.base_offset)
+                # Another client finished our decision: find the batch it committed.
+                found = self._committed_offset(table, segment.partition, batch)
+                if found is None:
+                    segment.fail(
+                        OffsetsUnknownError(
+                            f"the transaction committed {batch.count} records to {topic} "
+                            f"partition {segment.partition}, completed by another client; "
+                            "their offsets are no longer known (merged or expired since)"
+                        )
+                    )
+                else:
+                    segment.resolve(found)
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
         for topic in by_table:
             self._finish_stuck_transactions(self._table(topic))
 
-    @staticmethod
-    def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
-        entry = table.snapshot(refresh=False).partition(partition).producers.get(batch.producer_id)
-        if entry is None:
-            return None
-        return entry.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+    def _committed_offset(self, table: Table, partition: int, batch: PendingBatch) -> int | None:
+        """The base offset of a short-path batch another client committed: by its
+        sequences in the producer state, else by its segment in the partition's batches
+        (the producer state may have expired). ``None`` if neither holds it any more."""
+        part = self._retry(table.snapshot).partition(partition)
+        entry = part.producers.get(batch.producer_id)
+        if entry is not None:
+            meta = entry.find_duplicate(
+                batch.producer_epoch, batch.base_sequence, batch.last_sequence
+            )
+            if meta is not None:
+                return meta.base_offset
+        for committed in reversed(part.entries):  # rare: only after a completion by another
+            if isinstance(committed, Batch) and committed.path == batch.path:
+                return committed.baseOffset
+        return None
+
+    def _end_other_way(self, tid: str, pid: int, epoch: int) -> None:
+        """Continue after a transaction that completed the other way than asked."""
+        loaded = self._retry(lambda: self.coordinator.load(tid))
+        if loaded is not None and TransactionCoordinator.completed_for(loaded[0], pid, epoch):
+            self._transaction_ended(loaded[0].producer_id, loaded[0].producer_epoch)
+
+    def _on_decided(self, committed: bool) -> None:
+        """The coordinator's Prepare CAS landed (or was found): from now on the transaction
+        can only be finished, never ended the other way."""
+        self._decided = committed
+
+    def _unfinished(self, commit: bool, error: BaseException) -> KafkaTimeoutError:
+        """What ``commit_transaction`` / ``abort_transaction`` raises when its end did not
+        finish: the same call must be made again (Kafka's rule after a timeout)."""
+        verb = "commit" if commit else "abort"
+        if self._decided is None:
+            state = f"{verb} outcome unknown"
+        else:
+            decided = "commit" if self._decided else "abort"
+            state = f"the transaction is decided to {decided}, but not finished"
+        return KafkaTimeoutError(
+            f"{state} ({type(error).__name__}: {error}); call {verb}_transaction() again "
+            "to finish it"
+        )
 
     def _transaction_ended(self, producer_id: int, producer_epoch: int) -> None:
         """Continue under the epoch the completed transaction bumped to (KIP-890)."""
@@ -451,6 +513,7 @@ class Producer:
         self._txn_partitions = {}
         self._txn_error = None
         self._end_retry = None
+        self._decided = None
         self._require_txn().transition(_C.READY)
 
     def abort_transaction(self) -> None:
@@ -459,6 +522,14 @@ class Producer:
         if txn.state is _C.ABORTING_TRANSACTION and self._end_retry is not None:
             self._end_retry()  # the previous attempt's outcome was unknown: finish it
             return
+        if txn.state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
+            # Kafka: after a commit timed out, only retrying the commit is legal. Its
+            # decision may have been made: aborting now could report a commit as aborted.
+            decided = " (it is decided to commit)" if self._decided else ""
+            raise InvalidTxnStateError(
+                f"cannot abort: commit_transaction() did not finish{decided}; call "
+                "commit_transaction() again to finish it"
+            )
         txn.require("abort a transaction", _C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
         txn.transition(_C.ABORTING_TRANSACTION)
         self._drop_buffered(InvalidTxnStateError("transaction aborted before send"))
@@ -538,31 +609,41 @@ class Producer:
             return
         self._coordinator_cache = None
         tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
+        deadline = deadline_after(self.delivery_timeout_ms)
         try:
             # Transient errors (an unresolved ambiguous write) are retried: EndTxn resumes its
             # own prepared decision, so a retry never decides twice.
             new_pid, new_epoch = self._retry(
-                lambda: self.coordinator.end_transaction(tid, pid, epoch, commit)
+                lambda: self.coordinator.end_transaction(
+                    tid, pid, epoch, commit, deadline, self._on_decided
+                ),
+                remaining_ms(deadline),
             )
-        except (TransientStorageError, OSError) as e:
-            # Outcome unknown (Kafka's commit timeout): the same call must be retried.
-            self._end_retry = lambda: self._end_transaction(commit)
-            verb = "commit" if commit else "abort"
-            raise KafkaTimeoutError(
-                f"{verb} outcome unknown ({e}); call {verb}_transaction() again to finish it"
-            ) from e
         except ProducerFencedError as e:
             txn.fail(e, fatal=True)
             raise
-        except TxnTableError as e:
+        except Exception as e:
+            if self._decided is not None and self._decided != commit:
+                # It completed the other way (a commit whose decision this producer never
+                # saw land, found by the abort): it is over; say how it ended.
+                self._end_other_way(tid, pid, epoch)
+                raise
+            if self._decided is not None or isinstance(e, RETRIABLE):
+                # Decided (markers still missing) or outcome unknown (Kafka's commit
+                # timeout): only the same call may follow, and it finishes the decision.
+                self._end_retry = lambda: self._end_transaction(commit)
+                raise self._unfinished(commit, e) from e
+            error = InternalError.wrap(e)
             if commit:
                 self._end_retry = None
-                txn.fail(e, fatal=False)
+                txn.fail(error, fatal=False)
             else:
                 # An abort stays ABORTING_TRANSACTION (it never falls back to an abortable
                 # error, as in Kafka): calling abort_transaction() again retries it.
                 self._end_retry = lambda: self._end_transaction(commit)
-            raise
+            if error is e:
+                raise
+            raise error from e
         self._transaction_ended(new_pid, new_epoch)
 
     # --- sending -------------------------------------------------------------------------
@@ -1113,19 +1194,16 @@ class Producer:
 
         As Kafka's producer does on a graceful close ("Aborting incomplete transaction due
         to shutdown"), so a closed producer never leaves a transaction pinning the LSO
-        until its timeout.
+        until its timeout. A commit that did not finish (``commit_transaction`` raised a
+        timeout) is finished instead: it may be decided. Ending the transaction is tried
+        once; if it fails, that is logged and the producer closes all the same (whatever
+        was decided is finished by ``recover()``, a reader or writer of its tables after
+        the grace period, or maintenance; an undecided one is aborted at its timeout).
         """
         if self._closed:
             return
-        if self.txn is not None and (
-            self.txn.state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
-            or (self.txn.state is _C.ABORTING_TRANSACTION and self._end_retry is not None)
-        ):
-            try:
-                self.abort_transaction()
-            except ProducerFencedError as e:
-                # A newer instance owns the id and has aborted this transaction already.
-                _log.info("not aborting on close: %s", e)
+        if self.txn is not None:
+            self._end_on_close(self.txn)
         self.flush()
         with self._cond:
             self._closed = True
@@ -1138,6 +1216,29 @@ class Producer:
             table.close()
         self.coordinator.close()
         _LIVE.discard(self)
+
+    def _end_on_close(self, txn: TransactionManager) -> None:
+        state = txn.state
+        try:
+            if state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
+                self.commit_transaction()  # finish it: it may be decided
+            elif state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR) or (
+                state is _C.ABORTING_TRANSACTION and self._end_retry is not None
+            ):
+                self.abort_transaction()
+        except ProducerFencedError as e:
+            # A newer instance owns the id and has ended this transaction already.
+            _log.info("not ending the transaction on close: %s", e)
+        except TxnTableError as e:
+            decided = {True: "decided to commit", False: "decided to abort", None: "open"}
+            _log.warning(
+                "producer %s closes with its transaction %s and not finished (%s): "
+                "recover(), a reader or writer of its tables, or its timeout finishes it",
+                self.transactional_id,
+                decided[self._decided],
+                e,
+            )
+            self._drop_buffered(IllegalStateError("the producer was closed"))
 
     def _stop_at_exit(self) -> None:
         """Stop the sender at interpreter exit, before pyarrow finalizes its S3 client.
@@ -1160,14 +1261,15 @@ class Producer:
         self._sender.join(EXIT_JOIN_TIMEOUT_S)
         state = self.txn.state if self.txn is not None else None
         unfinished = state not in (None, _C.UNINITIALIZED, _C.READY, _C.FATAL_ERROR)
+        decided = {True: ", decided to commit", False: ", decided to abort", None: ""}
         if unsent or unfinished:
             _log.warning(
                 "txntable producer %s was not closed before exit: %d buffered records were "
                 "not sent%s",
                 self.transactional_id or hex(id(self)),
                 unsent,
-                f"; its transaction was left {state.value} (recover() or its timeout "
-                "finishes it)"
+                f"; its transaction was left {state.value}{decided[self._decided]} "
+                "(recover() or its timeout finishes it)"
                 if unfinished and state is not None
                 else "",
             )
