@@ -203,6 +203,35 @@ class Table:
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
 
+    def finish_decided_transactions(
+        self, now: int | None = None, once_per_ms: int | None = None
+    ) -> list[str]:
+        """Complete the decided (prepared) transactions naming this table that their
+        producers left unfinished past the grace period, including short-path commits,
+        which nothing in the table shows. One LIST of the coordinator objects and a GET
+        each: maintenance, not a hot path. Nothing with ``finish_stuck_transactions=False``.
+
+        Args:
+            now: The clock (ms) the grace period is measured against.
+            once_per_ms: Sweep only if no client swept this table within this long (a CAS
+                object says when the last one did): for writers that sweep periodically.
+
+        Returns:
+            The transactional ids completed.
+        """
+        if self._finisher is None:
+            return []
+        if once_per_ms is not None:
+            from txntable.txn.recovery import claim_sweep
+
+            clock = now_ms() if now is None else now
+            if not claim_sweep(self.store, self.log.root, once_per_ms, clock):
+                return []
+        finished = self._finisher.finish_decided(self.name, now)
+        if finished:
+            self.snapshot()
+        return finished
+
     def finish_stuck_transactions(self) -> bool:
         """Complete prepared transactions that dead producers left pinning the LSO.
 

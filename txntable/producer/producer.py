@@ -361,14 +361,22 @@ class Producer:
         self._end_transaction(commit=True)
 
     def _take_for_short_path(self) -> dict[str, list[ProducerBatch]] | None:
-        """Take the buffers if the whole transaction is still buffered and fits one segment
-        per partition, else ``None``."""
+        """Take the buffers if the whole transaction is still buffered, goes to one table
+        and fits one segment per partition, else ``None``.
+
+        One log only: its one version makes data and markers visible at once. Across
+        several logs the versions land one after the other, and a transaction whose
+        producer dies between them must hold the others' LSO (the normal path's open
+        batches do; a short path's data is in no log before its markers).
+        """
         self._seal_all()
         with self._cond:
             if self._sending or self._txn_partitions or self._txn_error is not None:
                 return None
             queues = sorted((tp, q) for tp, q in self._queues.items() if q.runs)
             if not queues or any(q.record_bytes > self.max_request_size for _, q in queues):
+                return None
+            if len({tp.topic for tp, _ in queues}) > 1:
                 return None
             by_table: dict[str, list[ProducerBatch]] = {}
             for tp, q in queues:
