@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable
 
 import pytest
-from tableutil import ReadFaultStore, is_log_version, read_all
+from tableutil import ReadFaultStore, is_log_version
+from txnutil import committed_values, one_partition_tables
 
 from txntable import Producer, Warehouse
 from txntable.errors import (
@@ -41,25 +42,12 @@ def _fail_log_puts(store: ReadFaultStore, failure: str) -> None:
     store.fail_before_write(is_log_version, times=1, exc=exc, ops={"put_if_absent"})
 
 
-def _setup(
-    store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool, tables: int = 1
-) -> tuple[Warehouse, Producer]:
-    wh = Warehouse(store=store, group_commit=group_commit)
-    for i in range(tables):
-        wh.create_table(f"t{i}", partitions=1)
-    p = make_producer(wh, transactional_id="tx", delivery_timeout_ms=300)
-    p.init_transactions()
-    return wh, p
-
 
 def _state(wh: Warehouse) -> TxnState:
     loaded = TransactionCoordinator(wh.store).load("tx")
     assert loaded is not None
     return loaded[0].state
 
-
-def _values(wh: Warehouse, table: str = "t0") -> list[bytes | None]:
-    return [v for _, v in read_all(wh, table, [0], "read_committed")[0]]
 
 
 # --- 25.1: a decided commit is never reported as failed ----------------------------------
@@ -75,7 +63,7 @@ def test_a_decided_commit_is_finished_by_committing_again(
     failure: str,
     path: str,
 ) -> None:
-    wh, p = _setup(fault_store, make_producer, group_commit)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, delivery_timeout_ms=300)
     p.begin_transaction()
     p.send("t0", value=b"a", partition=0)
     if path == "normal":
@@ -92,12 +80,12 @@ def test_a_decided_commit_is_finished_by_committing_again(
     fault_store.clear()
     p.commit_transaction()
     assert _state(wh) is TxnState.COMPLETE_COMMIT
-    assert _values(wh) == [b"a"]
+    assert committed_values(wh) == [b"a"]
     # The producer goes on: no "cannot move from PrepareCommit to PrepareCommit".
     p.begin_transaction()
     p.send("t0", value=b"b", partition=0)
     p.commit_transaction()
-    assert _values(wh) == [b"a", b"b"]
+    assert committed_values(wh) == [b"a", b"b"]
 
 
 @GROUP_COMMIT
@@ -107,7 +95,7 @@ def test_the_bench_repro_never_shows_an_aborted_transaction(
     """/work/benchw-out/repro_abort_after_prepare.py: the application that follows the
     contract (abort after a failed commit) is refused, commits again, and every record it
     was told committed is visible exactly once — nothing it was told aborted is."""
-    wh, p = _setup(fault_store, make_producer, group_commit)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, delivery_timeout_ms=300)
     p.begin_transaction()
     p.send("t0", value=b"a", partition=0)
     _fail_log_puts(fault_store, "conflict")
@@ -124,7 +112,7 @@ def test_the_bench_repro_never_shows_an_aborted_transaction(
             told[b"a"] = "committed"
     assert told == {b"a": "committed"}
     assert wh.recover().committed == []  # nothing left for recovery to roll forward
-    assert _values(wh) == [b"a"]
+    assert committed_values(wh) == [b"a"]
 
 
 # --- 25.3: close() always closes -----------------------------------------------------------
@@ -139,7 +127,7 @@ def test_close_after_a_commit_that_cannot_finish_still_closes(
     path: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    wh, p = _setup(fault_store, make_producer, group_commit)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, delivery_timeout_ms=300)
     p.begin_transaction()
     p.send("t0", value=b"a", partition=0)
     if path == "normal":
@@ -154,14 +142,14 @@ def test_close_after_a_commit_that_cannot_finish_still_closes(
     assert "decided to commit" in caplog.text
     fault_store.clear()
     assert wh.recover().committed == ["tx"]  # the decision is finished, not lost
-    assert _values(wh) == [b"a"]
+    assert committed_values(wh) == [b"a"]
 
 
 @GROUP_COMMIT
 def test_close_finishes_a_decided_commit_when_storage_is_back(
     fault_store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool
 ) -> None:
-    wh, p = _setup(fault_store, make_producer, group_commit)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, delivery_timeout_ms=300)
     p.begin_transaction()
     p.send("t0", value=b"a", partition=0)
     _fail_log_puts(fault_store, "storage")
@@ -169,7 +157,7 @@ def test_close_finishes_a_decided_commit_when_storage_is_back(
         p.commit_transaction()
     p.close()
     assert _state(wh) is TxnState.COMPLETE_COMMIT
-    assert _values(wh) == [b"a"]
+    assert committed_values(wh) == [b"a"]
 
 
 def test_close_after_an_abort_that_found_the_commit_closes(
@@ -177,7 +165,7 @@ def test_close_after_an_abort_that_found_the_commit_closes(
 ) -> None:
     """The wedge of issue 25.3: every call raised once an abort found the transaction
     committed. Now the abort says so and the producer goes on."""
-    wh, p = _setup(fault_store, make_producer, group_commit=True)
+    wh, p = one_partition_tables(fault_store, make_producer, True, delivery_timeout_ms=300)
     p.begin_transaction()
     p.send("t0", value=b"a", partition=0)
     p.flush()
@@ -197,7 +185,7 @@ def test_close_after_an_abort_that_found_the_commit_closes(
     p.send("t0", value=b"b", partition=0)
     p.commit_transaction()
     p.close()
-    assert _values(wh) == [b"a", b"b"]
+    assert committed_values(wh) == [b"a", b"b"]
 
 
 # --- 21.5: the offsets of a commit another client finished ---------------------------------
@@ -215,7 +203,7 @@ def test_offsets_of_a_short_path_commit_another_client_finished(
     from txntable.maintenance.maintain import expire_producers, rewrite
     from txntable.util import now_ms
 
-    wh, p = _setup(fault_store, make_producer, group_commit)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, delivery_timeout_ms=300)
     p.begin_transaction()
     future = p.send("t0", value=b"a", partition=0)
     _fail_log_puts(fault_store, "storage")
@@ -235,4 +223,4 @@ def test_offsets_of_a_short_path_commit_another_client_finished(
     p.begin_transaction()
     p.send("t0", value=b"b", partition=0)
     p.commit_transaction()
-    assert _values(wh) == [b"a", b"b"]
+    assert committed_values(wh) == [b"a", b"b"]

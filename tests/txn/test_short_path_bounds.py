@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tableutil import ReadFaultStore, is_log_version, read_all
-from txnutil import HELPERS, run_python
+from tableutil import ReadFaultStore, is_log_version
+from txnutil import HELPERS, committed_values, one_partition_tables, run_python
 
 from txntable import Producer, Warehouse
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
@@ -24,19 +24,6 @@ MakeProducer = Callable[..., Producer]
 GROUP_COMMIT = pytest.mark.parametrize("group_commit", [True, False], ids=["gc", "no-gc"])
 
 
-def _setup(
-    store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool, tables: int = 1
-) -> tuple[Warehouse, Producer]:
-    wh = Warehouse(store=store, group_commit=group_commit)
-    for i in range(tables):
-        wh.create_table(f"t{i}", partitions=1)
-    p = make_producer(wh, transactional_id="tx")
-    p.init_transactions()
-    return wh, p
-
-
-def _values(wh: Warehouse, table: str) -> list[bytes | None]:
-    return [v for _, v in read_all(wh, table, [0], "read_committed")[0]]
 
 
 # --- 25.2: a multi-log transaction takes the normal path ---------------------------------
@@ -46,7 +33,7 @@ def _values(wh: Warehouse, table: str) -> list[bytes | None]:
 def test_a_buffered_multi_table_transaction_holds_every_lso_until_its_markers(
     fault_store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool
 ) -> None:
-    wh, p = _setup(fault_store, make_producer, group_commit, tables=3)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, tables=3)
     coordinator = TransactionCoordinator(wh.store)
     seen: list[tuple[str, dict[str, object], list[tuple[int, int]]]] = []
     real = coordinator.cas
@@ -69,20 +56,20 @@ def test_a_buffered_multi_table_transaction_holds_every_lso_until_its_markers(
     p.commit_transaction()  # everything still buffered: the short path used to take it
     assert seen == [("PrepareCommit", {}, [(0, 1), (0, 1), (0, 1)])]
     for name in ("t0", "t1", "t2"):
-        assert _values(wh, name) == [name.encode()]
+        assert committed_values(wh, name) == [name.encode()]
 
 
 @GROUP_COMMIT
 def test_a_single_table_transaction_still_takes_the_short_path(
     fault_store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool
 ) -> None:
-    wh, p = _setup(fault_store, make_producer, group_commit)
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit)
     p.begin_transaction()
     p.send("t0", value=b"a", partition=0)
     p.commit_transaction()
     versions = [k for k in wh.store.list("t0/_log/") if is_log_version(k)]
     assert len(versions) == 2  # creation, then data and markers in one version
-    assert _values(wh, "t0") == [b"a"]
+    assert committed_values(wh, "t0") == [b"a"]
 
 
 # --- 25.2: a decided short-path commit of a dead producer is bounded --------------------
@@ -97,7 +84,7 @@ def killed_after_the_cas(tmp_path: Path) -> Warehouse:
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr)
     loaded = TransactionCoordinator(wh.store).load("short-crash")
     assert loaded is not None and loaded[0].state is TxnState.PREPARE_COMMIT
-    assert _values(wh, "t") == []  # decided, and invisible everywhere
+    assert committed_values(wh, "t") == []  # decided, and invisible everywhere
     return wh
 
 
@@ -113,10 +100,10 @@ def test_maintain_finishes_a_decided_commit_nothing_in_the_table_shows(
     assert read_only.table("t").maintain(vacuum=False).decided == []
     patient = Warehouse(wh.url, stuck_transaction_grace_ms=3_600_000)
     assert patient.table("t").maintain(vacuum=False).decided == []  # its producer may be back
-    assert _values(wh, "t") == []
+    assert committed_values(wh, "t") == []
     report = Warehouse(wh.url, stuck_transaction_grace_ms=0).table("t").maintain(vacuum=False)
     assert report.decided == ["short-crash"] and report.errors == []
-    assert _values(wh, "t") == DECIDED
+    assert committed_values(wh, "t") == DECIDED
 
 
 @pytest.mark.slow
@@ -128,11 +115,11 @@ def test_another_writers_auto_maintenance_finishes_it_within_its_interval(
     wh = Warehouse(killed_after_the_cas.url, stuck_transaction_grace_ms=0)
     deadline = time.monotonic() + 30
     with Producer(wh, linger_ms=0) as other:
-        while not set(DECIDED) <= set(_values(wh, "t")):
+        while not set(DECIDED) <= set(committed_values(wh, "t")):
             assert time.monotonic() < deadline, "the decided commit stayed invisible"
             other.send("t", value=b"other", partition=0).get(10)
             time.sleep(0.1)
     loaded = TransactionCoordinator(wh.store).load("short-crash")
     assert loaded is not None and loaded[0].state is TxnState.COMPLETE_COMMIT
-    values = _values(wh, "t")
+    values = committed_values(wh, "t")
     assert [v for v in values if v != b"other"] == DECIDED  # once, in order, together

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from txntable import config, errors
 from txntable.errors import (
@@ -104,6 +104,7 @@ OUTCOME_RECORD_VERSIONS = 64
 RECORD_MISSES = 3
 
 Build = Callable[[TableSnapshot], CommitPlan[Any]]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -346,28 +347,22 @@ class GroupCommit:
         def build(s: TableSnapshot) -> CommitPlan[Any]:
             return op.plan(s, now_ms())
 
-        outage: BaseException | None = None
-        attempt = 0
-        while True:
-            self._check_deadline(deadline, outage)
-            try:
-                mode = self._mode()
-                if mode == "committer":
-                    item = RoundItem(build, None, transactional_id)
-                    done = self._through_committer(item, deadline)
-                    if done is not None:
-                        return done[0].result, done[1]
-                elif mode == "follower":
-                    return self._follow(op, transactional_id, deadline)
-                else:
-                    direct = self._direct(build, transactional_id, deadline)
-                    if direct is not None:
-                        return direct[0].result, direct[1]
-                    self._escalate(force=False)
-            except RETRIABLE as e:  # an outage: retried until the deadline, then a timeout
-                outage = e
-                self.table.log._backoff(attempt)
-                attempt += 1
+        item = RoundItem(build, None, transactional_id)
+
+        def attempt() -> tuple[Any, int] | None:
+            mode = self._mode()
+            if mode == "committer":
+                done = self._through_committer(item, deadline)
+                return None if done is None else (done[0].result, done[1])
+            if mode == "follower":
+                return self._follow(op, transactional_id, deadline)
+            direct = self._direct(build, transactional_id, deadline)
+            if direct is not None:
+                return direct[0].result, direct[1]
+            self._escalate(force=False)
+            return None
+
+        return self._until_done(attempt, deadline)
 
     def commit(
         self, build: Build, transactional_id: str | None = None, timeout_ms: int | None = None
@@ -384,27 +379,37 @@ class GroupCommit:
         """
         deadline = self._deadline(timeout_ms)
         item = RoundItem(build, None, transactional_id)
+
+        def attempt() -> tuple[CommitPlan[Any], int] | None:
+            mode = self._mode()
+            if mode == "committer":
+                return self._through_committer(item, deadline)
+            if mode == "follower":
+                self._escalate(force=True)
+                return None
+            direct = self._direct(build, transactional_id, deadline)
+            if direct is None:
+                self._escalate(force=True)
+            return direct
+
+        return self._until_done(attempt, deadline)
+
+    def _until_done(self, attempt: Callable[[], R | None], deadline: float) -> R:
+        """Call ``attempt`` until it returns a result; an outage (a storage error) is
+        retried with backoff until ``deadline``, then raised as a timeout."""
         outage: BaseException | None = None
-        attempt = 0
+        tries = 0
         while True:
             self._check_deadline(deadline, outage)
             try:
-                mode = self._mode()
-                if mode == "committer":
-                    done = self._through_committer(item, deadline)
-                    if done is not None:
-                        return done
-                elif mode == "follower":
-                    self._escalate(force=True)
-                else:
-                    direct = self._direct(build, transactional_id, deadline)
-                    if direct is not None:
-                        return direct
-                    self._escalate(force=True)
-            except RETRIABLE as e:  # an outage: retried until the deadline, then a timeout
+                done = attempt()
+            except RETRIABLE as e:
                 outage = e
-                self.table.log._backoff(attempt)
-                attempt += 1
+                self.table.log._backoff(tries)
+                tries += 1
+                continue
+            if done is not None:
+                return done
 
     def close(self) -> None:
         """Step down if committing: the lease is released, so nobody waits for it to lapse."""
