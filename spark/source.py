@@ -23,11 +23,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from txntable import config
 from txntable.errors import InvalidConfigurationError
 from txntable.protocol.schema import TypedLayout, layout_of
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.read.timestamps import version_at_timestamp
 from txntable.table import Table
+from txntable.util import within_timeout
 
 from .options import (
     ReadOptions,
@@ -67,7 +69,17 @@ def load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
     Raises:
         VersionNotFoundError: ``versionAsOf`` is beyond the newest version, or
             ``timestampAsOf`` before the first or after the latest commit.
+        KafkaTimeoutError: Storage kept failing for the request timeout (every step is
+            a read, retried as the Python clients retry theirs).
     """
+    return within_timeout(
+        lambda: _load_table_snapshot(opts),
+        config.REQUEST_TIMEOUT_MS_DEFAULT,
+        f"loading table {opts.location.table}",
+    )
+
+
+def _load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
     table = open_table(opts.location, opts.finish_stuck_transactions)
     if opts.version_as_of is not None:
         return table, table.snapshot_at(opts.version_as_of)
@@ -86,9 +98,13 @@ def load_layout(options: dict[str, Any]) -> TypedLayout | None:
         TableNotFoundError: No such table.
     """
     location = parse_location(options)
-    table = open_table(location, finish_stuck_transactions=False)
     version = parse_int(options, "versionAsOf", None, 0)
-    snap = table.snapshot_at(version) if version is not None else table.snapshot()
+
+    def load() -> TableSnapshot:
+        table = open_table(location, finish_stuck_transactions=False)
+        return table.snapshot_at(version) if version is not None else table.snapshot()
+
+    snap = within_timeout(load, config.REQUEST_TIMEOUT_MS_DEFAULT, f"loading {location.table}")
     return layout_of(snap.metadata)
 
 

@@ -29,10 +29,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from txntable import config
 from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
-from txntable.util import now_ms
+from txntable.util import now_ms, within_timeout
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import (
@@ -89,6 +90,15 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- driver side ---------------------------------------------------------------------
 
     def _snapshot(self, refresh: bool = True) -> TableSnapshot:
+        """The table's snapshot (refreshed), retrying transient storage errors for the
+        request timeout (then ``KafkaTimeoutError``)."""
+        return within_timeout(
+            lambda: self._load_snapshot(refresh),
+            config.REQUEST_TIMEOUT_MS_DEFAULT,
+            f"reading table {self.opts.location.table}",
+        )
+
+    def _load_snapshot(self, refresh: bool) -> TableSnapshot:
         if self._table is None:
             self._table = open_table(self.opts.location, self.opts.finish_stuck_transactions)
         snap = self._table.snapshot(refresh=refresh)

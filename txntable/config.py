@@ -27,7 +27,6 @@ from txntable.layout import validate_id
 
 # --- log ----------------------------------------------------------------------------------
 
-COMMIT_MAX_ATTEMPTS_DEFAULT = 50
 COMMIT_BACKOFF_MS_DEFAULT = 5
 COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 #: How often (ms) a long-lived handle confirms with one LIST that the version its refresh
@@ -136,6 +135,10 @@ PARTITION_ASSIGNMENT_STRATEGY_DEFAULT: tuple[str, ...] = ("range", "cooperative-
 METADATA_MAX_AGE_MS_DEFAULT = 300_000
 
 # --- readers (Consumer, Table.scan) -------------------------------------------------------
+
+#: Kafka's consumer ``request.timeout.ms``: how long a reader retries a failing storage
+#: request (a log version, a segment) before raising ``KafkaTimeoutError``.
+REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 
 #: Threads fetching segments at once: object-store reads are latency bound, not CPU bound.
 READ_WORKERS_DEFAULT = 16
@@ -269,6 +272,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "partition_assignment_strategy": assignment_strategy,
     "metadata_max_age_ms": int_at_least(0),
     "consumer_timeout_ms": optional(int_at_least(0)),
+    "request_timeout_ms": int_at_least(0),
 }
 
 #: ``Table.scan`` arguments (offsets and partitions are checked by the planning).
@@ -276,6 +280,7 @@ SCAN_ARGUMENTS: dict[str, Validator] = {
     "isolation_level": one_of("read_committed", "read_uncommitted"),
     "max_workers": int_at_least(1),
     "max_bytes_in_flight": int_at_least(1),
+    "request_timeout_ms": int_at_least(0),
 }
 
 

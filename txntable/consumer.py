@@ -8,12 +8,14 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +36,7 @@ from txntable.errors import (
 from txntable.groups.assignors import check_strategies
 from txntable.groups.member import load_group
 from txntable.groups.offsets import (
+    check_offset_targets,
     check_offsets,
     open_group_table,
 )
@@ -71,13 +74,16 @@ from txntable.structs import (
     check_topic_partitions,
 )
 from txntable.table import Table
-from txntable.util import now_ms
+from txntable.util import now_ms, within_timeout
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
 
 #: What a fetch returns for one partition: segment rows and their offsets.
 Fetched = tuple[pa.Table, np.ndarray]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Consumer:
@@ -105,6 +111,10 @@ class Consumer:
             ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
         consumer_timeout_ms: Iterating the consumer (``for record in consumer``) stops
             after this long without a record (kafka-python's); ``None``: never.
+        request_timeout_ms: How long a storage request that fails transiently (reading
+            the log, a segment, the group's offsets) is retried before the call raises
+            ``KafkaTimeoutError`` (Kafka's ``request.timeout.ms``); ``poll`` may block this
+            long beyond its own timeout while storage fails.
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
@@ -136,6 +146,7 @@ class Consumer:
         ),
         metadata_max_age_ms: int = config.METADATA_MAX_AGE_MS_DEFAULT,
         consumer_timeout_ms: int | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
@@ -159,6 +170,7 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self.fetch_max_bytes = fetch_max_bytes
+        self.request_timeout_ms = request_timeout_ms
         self._cache: SegmentCache | None = None
         self._closed = False
         self._next_start = 0
@@ -191,11 +203,32 @@ class Consumer:
 
     # --- assignment and positions ----------------------------------------------------------
 
+    def _io(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn``, retrying transient storage errors for ``request_timeout_ms``.
+
+        Raises:
+            KafkaTimeoutError: Storage kept failing that long.
+        """
+        return within_timeout(fn, self.request_timeout_ms, what)
+
     def _table(self, name: str) -> Table:
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = self.warehouse.table(name)
+
+            def load() -> Table:
+                loaded = self.warehouse.table(name)
+                loaded.snapshot(refresh=False)
+                return loaded
+
+            table = self._tables[name] = self._io(f"loading table {name}", load)
         return table
+
+    def _partition_count(self, name: str) -> int | None:
+        """The table's partition count, ``None`` if there is no such table."""
+        try:
+            return self._table(name).num_partitions
+        except TableNotFoundError:
+            return None
 
     def _partition(self, tp: TopicPartition, refresh: bool = False) -> PartitionState:
         table = self._table(tp.topic)
@@ -203,11 +236,10 @@ class Consumer:
             self._refresh(table)
         return table.snapshot(refresh=False).partition(tp.partition)
 
-    @staticmethod
-    def _refresh(table: Table) -> None:
+    def _refresh(self, table: Table) -> None:
         # Read the new versions, then complete what a dead producer left prepared (at most
         # one coordinator read per stuck transactional id per grace period).
-        table.snapshot(refresh=True)
+        self._io(f"reading table {table.name}", table.snapshot)
         table.finish_stuck_transactions()
 
     def _check_open(self) -> None:
@@ -232,6 +264,7 @@ class Consumer:
                 self._forget_read_ahead(tp)
         self._assignment = tps
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
+        self._awaiting &= set(tps)
 
     def assignment(self) -> set[TopicPartition]:
         """The assigned partitions (of the group, when subscribed)."""
@@ -342,7 +375,8 @@ class Consumer:
         return {tp: OffsetAndMetadata(self._positions[tp]) for tp in tps if tp in self._positions}
 
     def _resolve_awaiting(self) -> None:
-        """Give newly assigned partitions their starting position once it is stable."""
+        """Give partitions waiting for a stable committed offset (newly assigned by the
+        group, or assigned partitions whose offset was unstable) their starting position."""
         for tp in sorted(self._awaiting):
             try:
                 self._reset(tp)
@@ -361,6 +395,8 @@ class Consumer:
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + 1.0
+        if not self.warehouse.finish_stuck_transactions:
+            return  # read-only: wait for the producer, recover() or a writer
         from txntable.layout import group_root
         from txntable.txn.coordinator import TransactionCoordinator
         from txntable.txn.recovery import finish_if_stuck
@@ -380,8 +416,9 @@ class Consumer:
             if loaded[0].producer_id in pending:
                 try:
                     finish_if_stuck(coordinator, tid, now_ms(), None)
-                except TxnTableError:
-                    pass  # another client finished it first, or storage trouble: next sweep
+                except TxnTableError as e:
+                    # Another client finished it first, or storage trouble: next sweep.
+                    _log.info("could not finish the transaction of %s: %s", tid, e)
 
     # --- pause / resume --------------------------------------------------------------------
 
@@ -660,11 +697,12 @@ class Consumer:
                 raise InvalidConfigurationError(f"{name} must be >= {minimum}, got {value}")
         if self._subscription is not None:
             self._subscription.poll()
-            self._resolve_awaiting()
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            if self._awaiting:
+                self._resolve_awaiting()
             for table in {tp.topic for tp in self._fetchable()}:
                 self._refresh(self._table(table))
             out = self._fetch(limit)
@@ -689,7 +727,14 @@ class Consumer:
         remaining = limit
         for tp in order:
             if remaining > 0:
-                part, pos = self._fetch_position(tp)
+                try:
+                    part, pos = self._fetch_position(tp)
+                except UnstableOffsetCommitError:
+                    # Kafka's consumer keeps fetching the committed offset while it is
+                    # unstable and returns nothing for the partition meanwhile.
+                    self._awaiting.add(tp)
+                    self._finish_pending_offset_transactions()
+                    continue
                 plan = plan_fetch(part, pos, self._end(part), committed, remaining, lookahead)
                 plans.append((tp, plan))
                 ahead.append((tp, plan.ahead))
@@ -758,7 +803,9 @@ class Consumer:
 
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:
-            reader = SegmentReader(self.warehouse.store)
+            reader = SegmentReader(
+                self.warehouse.store, request_timeout_ms=self.request_timeout_ms
+            )
             self._cache = SegmentCache(
                 reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT, self._layout
             )
@@ -774,7 +821,11 @@ class Consumer:
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         if self._group is None:
-            self._group = open_group_table(self.warehouse.store, self.group_id, create)
+            group_id = self.group_id
+            self._group = self._io(
+                f"opening group {group_id}",
+                lambda: open_group_table(self.warehouse.store, group_id, create),
+            )
         return self._group
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -813,7 +864,8 @@ class Consumer:
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
         while True:
             try:
-                return committed_offset(table.snapshot(), self.group_id or "", partition)
+                snap = self._io(f"reading group {self.group_id}", table.snapshot)
+                return committed_offset(snap, self.group_id or "", partition)
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:
                     raise
@@ -824,6 +876,8 @@ class Consumer:
 
         Raises:
             OffsetMetadataTooLargeError: Metadata over the group's limit.
+            UnknownTopicOrPartitionError: A table or partition that does not exist; nothing
+                is committed.
             IllegalGenerationError: This consumer's generation is older than the group's
                 (a ``CommitFailedError``): when subscribed, a newer generation took some of
                 the partitions away (one in which it still owns them all is retried).
@@ -836,6 +890,7 @@ class Consumer:
         offsets = check_offsets(offsets)
         if not offsets:
             return
+        check_offset_targets(self.group_id or "", offsets, self._partition_count)
         sub = self._subscription
         if sub is None:
             generation = self.group_generation

@@ -145,6 +145,12 @@ class RecordTooLargeError(TxnTableError):
     """A record is larger than ``max_request_size``."""
 
 
+class OffsetsUnknownError(TxnTableError):
+    """Records were committed, but their offsets can no longer be read back: another
+    client completed their transaction, and maintenance merged their batch or expired its
+    producer before this producer looked."""
+
+
 class BufferExhaustedError(TxnTableError):
     """``send`` waited ``max_block_ms`` for buffer memory (Kafka's TimeoutException)."""
 
@@ -155,6 +161,21 @@ class KafkaTimeoutError(TxnTableError):
 
 class IllegalStateError(TxnTableError):
     """The client was used after ``close`` or otherwise out of order."""
+
+
+class InternalError(TxnTableError):
+    """An unexpected failure inside txntable: a defect, or an error of a library it calls
+    that it does not map. The original exception is the ``__cause__``."""
+
+    @classmethod
+    def wrap(cls, error: BaseException) -> TxnTableError:
+        """``error`` itself if it is a :class:`TxnTableError`, else an ``InternalError``
+        naming it (raise it ``from error``)."""
+        if isinstance(error, TxnTableError):
+            return error
+        wrapped = cls(f"unexpected {type(error).__name__}: {error}")
+        wrapped.__cause__ = error
+        return wrapped
 
 
 # --- consumer and groups ---------------------------------------------------------------------

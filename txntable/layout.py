@@ -111,6 +111,12 @@ def outcomes_key(root: str) -> str:
     return f"{root}/{COMMIT_DIR}/outcomes.json"
 
 
+def sweep_key(root: str) -> str:
+    """Key of the time of the last sweep for decided, unfinished transactions naming the
+    table at ``root`` (CAS; only decides which writer sweeps)."""
+    return f"{root}/{COMMIT_DIR}/sweep.json"
+
+
 # --- segment files ------------------------------------------------------------------------
 
 _DATED = re.compile(r"(?:^|-)(\d{13})-[0-9a-f]{32}\.parquet$")

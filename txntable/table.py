@@ -230,6 +230,35 @@ class Table:
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
         self.mirror_interval_ms = mirror_interval(snap.metadata.configuration)
 
+    def finish_decided_transactions(
+        self, now: int | None = None, once_per_ms: int | None = None
+    ) -> list[str]:
+        """Complete the decided (prepared) transactions naming this table that their
+        producers left unfinished past the grace period, including short-path commits,
+        which nothing in the table shows. One LIST of the coordinator objects and a GET
+        each: maintenance, not a hot path. Nothing with ``finish_stuck_transactions=False``.
+
+        Args:
+            now: The clock (ms) the grace period is measured against.
+            once_per_ms: Sweep only if no client swept this table within this long (a CAS
+                object says when the last one did): for writers that sweep periodically.
+
+        Returns:
+            The transactional ids completed.
+        """
+        if self._finisher is None:
+            return []
+        if once_per_ms is not None:
+            from txntable.txn.recovery import claim_sweep
+
+            clock = now_ms() if now is None else now
+            if not claim_sweep(self.store, self.log.root, once_per_ms, clock):
+                return []
+        finished = self._finisher.finish_decided(self.name, now)
+        if finished:
+            self.snapshot()
+        return finished
+
     def finish_stuck_transactions(self) -> bool:
         """Complete prepared transactions that dead producers left pinning the LSO.
 
@@ -260,6 +289,7 @@ class Table:
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
         columns: Sequence[str] | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> TableScan:
         """A bulk read of the table as Arrow: ``.to_arrow()``, ``.to_batches()``, ``.to_pandas()``.
 
@@ -283,8 +313,12 @@ class Table:
             max_bytes_in_flight: Segment bytes fetched ahead of the batch being returned.
             columns: Return only these columns, in this order. On a typed table only the
                 requested user columns are read from the segments' Parquet files.
+            request_timeout_ms: How long a failing storage request (the snapshot, a
+                segment) is retried before ``KafkaTimeoutError``.
 
         Raises:
+            KafkaTimeoutError: Storage kept failing for ``request_timeout_ms`` (also from
+                the ``to_*`` calls).
             OffsetOutOfRangeError: A starting offset is past the high watermark, or an
                 offset is below the log start offset.
             UnknownTopicOrPartitionError: A partition the table does not have.
@@ -302,6 +336,7 @@ class Table:
             max_workers,
             max_bytes_in_flight,
             columns,
+            request_timeout_ms,
         )
 
     @property
@@ -367,17 +402,25 @@ class Table:
         markers: list[PendingMarker] | None = None,
         app_txn: AppTxn | None = None,
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[AppendResult, int]:
         """Commit already-written segments and/or markers as one log version.
 
+        Args:
+            timeout_ms: The commit's time budget (default: the table's commit timeout).
+
         Returns:
             Offsets assigned (duplicates get their original offsets) and the version.
+
+        Raises:
+            KafkaTimeoutError: Not decided within the budget (storage failing; outcome
+                unknown: an idempotent retry resolves it).
         """
         if self.group_commit is not None:
             from txntable.protocol.sequencing import AppendOp
 
             op = AppendOp(tuple(batches), tuple(markers or ()), app_txn)
-            result, version = self.submit(op, transactional_id)
+            result, version = self.submit(op, transactional_id, timeout_ms)
             assert isinstance(result, AppendResult)
             return result, version
         marks = markers or []
@@ -385,10 +428,12 @@ class Table:
         def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
             return plan_append(s, batches, marks, app_txn, now_ms())
 
-        plan, version = self.commit(build, transactional_id)
+        plan, version = self.commit(build, transactional_id, timeout_ms)
         return plan.result, version
 
-    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[object, int]:
+    def submit(
+        self, op: Operation, transactional_id: str | None = None, timeout_ms: int | None = None
+    ) -> tuple[object, int]:
         """Commit a declarative operation (an append, an offset commit), which any writer
         of the table may commit on this one's behalf (group commit).
 
@@ -397,9 +442,11 @@ class Table:
         """
         self.snapshot(refresh=False)  # loaded, so a first commit needs no special case
         if self.group_commit is None:
-            plan, version = self.commit(lambda s: op.plan(s, now_ms()), transactional_id)
+            plan, version = self.commit(
+                lambda s: op.plan(s, now_ms()), transactional_id, timeout_ms
+            )
             return plan.result, version
-        out = self.group_commit.submit(op, transactional_id)
+        out = self.group_commit.submit(op, transactional_id, timeout_ms)
         self._after_commit()
         return out
 
@@ -407,18 +454,22 @@ class Table:
         self,
         build: Callable[[TableSnapshot], CommitPlan[T]],
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[CommitPlan[T], int]:
-        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`).
+        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`),
+        within ``timeout_ms`` (default: the commit timeout).
 
         Optimistic: the attempt starts from the handle's snapshot without a refresh; a lost
         race refreshes it and calls ``build`` again.
         """
         if self.group_commit is not None:
             self.snapshot(refresh=False)
-            out = self.group_commit.commit(build, transactional_id)
+            out = self.group_commit.commit(build, transactional_id, timeout_ms)
         else:
             with self._lock:
-                out = self.log.commit(self.snapshot(refresh=False), build, transactional_id)
+                out = self.log.commit(
+                    self.snapshot(refresh=False), build, transactional_id, timeout_ms
+                )
         self._after_commit()
         return out
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from txntable.errors import TransientStorageError
+from txntable.errors import KafkaTimeoutError, TransientStorageError
 
 T = TypeVar("T")
 
@@ -47,6 +47,39 @@ def retry_transient(
                 raise
             time.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def within_timeout(
+    fn: Callable[[], T],
+    timeout_ms: int,
+    what: str,
+    limit: str = "request_timeout_ms",
+    give_up: Callable[[], bool] | None = None,
+) -> T:
+    """:func:`retry_transient`, and once ``timeout_ms`` is spent a timeout: Kafka's clients
+    retry a request within their timeout and then raise ``TimeoutException``.
+
+    Raises:
+        KafkaTimeoutError: Storage kept failing for ``timeout_ms``; names ``what``, the
+            option that set the limit (``limit``) and the last error (its ``__cause__``).
+    """
+    try:
+        return retry_transient(fn, timeout_ms, give_up)
+    except RETRIABLE as e:
+        raise KafkaTimeoutError(
+            f"{what} did not finish within {limit}={timeout_ms} ({e})"
+        ) from e
+
+
+def deadline_after(timeout_ms: int) -> float:
+    """The ``time.monotonic()`` at which ``timeout_ms`` from now will have passed."""
+    return time.monotonic() + timeout_ms / 1000
+
+
+def remaining_ms(deadline: float) -> int:
+    """Milliseconds left until ``deadline`` (``time.monotonic()``); 0 once it has passed
+    (one last attempt, no retry)."""
+    return max(0, int((deadline - time.monotonic()) * 1000))
 
 
 def now_ms() -> int:

@@ -60,6 +60,8 @@ class HarnessConfig:
     #: transactions with a commit and at least one with an abort (a run sized by work, not
     #: by time, so a slow machine still checks enough history) ...
     min_commits: int = 0
+    #: ... and this many transactions ended in all (any outcome) ...
+    min_transactions: int = 0
     #: ... but never longer than this.
     max_duration_s: float = 600.0
 
@@ -221,18 +223,25 @@ class Driver:
         self.stop()
 
     def enough_work(self) -> bool:
-        """Whether the transactional workers' journals hold ``min_commits`` commits and an abort."""
-        if self.cfg.min_commits <= 0:
+        """Whether the transactional workers' journals hold ``min_commits`` commits, an
+        abort and ``min_transactions`` ended transactions."""
+        if self.cfg.min_commits <= 0 and self.cfg.min_transactions <= 0:
             return True
         outcomes = {"commit": 0, "abort": 0}
+        ended = 0
         for path in self.journals.glob("txn-*.jsonl"):
             with open(path, "rb") as f:
                 for line in f:  # journals are compact JSON (see eo_workers.Journal.log)
                     if line.startswith(b'{"e":"end"'):
+                        ended += 1
                         for outcome in outcomes:
                             if f'"outcome":"{outcome}"'.encode() in line:
                                 outcomes[outcome] += 1
-        return outcomes["commit"] >= self.cfg.min_commits and outcomes["abort"] >= 1
+        return (
+            outcomes["commit"] >= self.cfg.min_commits
+            and outcomes["abort"] >= 1
+            and ended >= self.cfg.min_transactions
+        )
 
     def stop(self) -> None:
         Path(self.stop_file).touch()

@@ -148,6 +148,7 @@ def _quick(
     workers: int,
     commits: int,
     max_seconds: float = 180.0,
+    transactions: int = 0,
 ) -> dict:
     # Sized by work: past ``seconds`` the driver runs until ``commits`` commits (and an
     # abort) are journaled, so a loaded machine checks as much history as a quiet one.
@@ -160,6 +161,7 @@ def _quick(
         fault_interval_s=(1.5, 3.5),
         seed=int.from_bytes(os.urandom(2), "big"),
         min_commits=commits,
+        min_transactions=transactions,
         max_duration_s=max_seconds,
     )
     report = run(cfg)
@@ -202,8 +204,17 @@ def test_ci_sized_run_local_disk() -> None:
     """The issue's CI-sized run: at least 500 transactions under every fault, no anomaly."""
     workdir = Path(tempfile.mkdtemp(prefix="harness-ci-", dir="/tmp"))
     try:
+        # Sized by transactions ended: how many of them abort depends on the faults (a
+        # commit decided before a fault now finishes instead of aborting).
         summary = _quick(
-            str(workdir / "wh"), {}, workdir, seconds=60, workers=5, commits=350, max_seconds=480
+            str(workdir / "wh"),
+            {},
+            workdir,
+            seconds=60,
+            workers=5,
+            commits=350,
+            max_seconds=480,
+            transactions=500,
         )
         assert summary["transactions_total"] >= 500, summary
     finally:

@@ -94,7 +94,7 @@ def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
     monkeypatch.setattr(
         TransactionCoordinator,
         "complete",
-        lambda self, meta, etag, results=None: (_ for _ in ()).throw(
+        lambda self, meta, etag, results=None, deadline=None: (_ for _ in ()).throw(
             SystemExit("crash after PrepareCommit")
         ),
     )

@@ -240,6 +240,37 @@ def test_pending_transactional_offset_is_unstable(tables: Warehouse) -> None:
     assert short.committed(tp) == OffsetAndMetadata(5, "pending")
 
 
+def test_assign_mode_consumer_waits_out_a_dead_producers_offset_commit(
+    tables: Warehouse,
+) -> None:
+    """Issue 25.5: an assigned partition whose committed offset a dead producer left pending
+    is skipped by poll() (no UnstableOffsetCommitError) until the producer's transaction
+    times out and the consumer aborts it, as the subscribe path does."""
+    wh = tables
+    tp, other = TopicPartition("in", 0), TopicPartition("in", 1)
+    dead = Producer(wh, transactional_id="dead", transaction_timeout_ms=500)
+    dead.init_transactions()
+    dead.begin_transaction()
+    dead.send_offsets_to_transaction({tp: OffsetAndMetadata(5)}, GROUP)
+    dead._stop_at_exit()  # it dies here: nothing more comes from it
+    c = Consumer(
+        wh, group_id=GROUP, isolation_level="read_committed", auto_offset_reset="earliest"
+    )
+    c.assign([tp, other])
+    first = c.poll(timeout_ms=0)
+    assert list(first) == [other]  # the stable partition is read meanwhile
+    assert [r.offset for r in first[other]] == list(range(10))
+    got: dict[TopicPartition, list[int]] = {}
+    deadline = time.monotonic() + 20
+    while tp not in got and time.monotonic() < deadline:
+        for part, records in c.poll(timeout_ms=100).items():
+            got.setdefault(part, []).extend(r.offset for r in records)
+    # Aborted: the pending offset never became the group's, so it starts at the earliest.
+    assert got == {tp: list(range(10))}
+    assert Consumer(wh, group_id=GROUP).committed(tp) is None
+    c.close()
+
+
 def test_offset_metadata_too_large(tables: Warehouse) -> None:
     wh = tables
     tp = TopicPartition("in", 0)

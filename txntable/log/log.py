@@ -24,6 +24,7 @@ from txntable import config, layout
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
+    KafkaTimeoutError,
     ObjectExistsError,
     ObjectNotFoundError,
     StorageError,
@@ -53,7 +54,7 @@ from txntable.protocol.actions import (
 )
 from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
 from txntable.storage.base import Store
-from txntable.util import now_ms
+from txntable.util import RETRIABLE, now_ms
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ class Log:
         store: Store,
         root: str,
         checkpoint_interval: int = config.CHECKPOINT_INTERVAL_DEFAULT,
-        max_attempts: int = config.COMMIT_MAX_ATTEMPTS_DEFAULT,
+        commit_timeout_ms: int = config.COMMIT_TIMEOUT_MS_DEFAULT,
         backoff_ms: int = config.COMMIT_BACKOFF_MS_DEFAULT,
         backoff_max_ms: int = config.COMMIT_BACKOFF_MAX_MS_DEFAULT,
         gap_check_interval_ms: int = config.LOG_GAP_CHECK_INTERVAL_MS_DEFAULT,
@@ -188,7 +189,8 @@ class Log:
         self.store = store
         self.root = root
         self.checkpoint_interval = checkpoint_interval
-        self.max_attempts = max_attempts
+        #: How long :meth:`commit` retries lost races and transient storage errors.
+        self.commit_timeout_ms = commit_timeout_ms
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         #: How often a handle that keeps refreshing (or committing) lists the log to make
@@ -575,6 +577,7 @@ class Log:
         snap: TableSnapshot,
         build: Callable[[TableSnapshot], CommitPlan[T]],
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[CommitPlan[T], int]:
         """Commit the actions ``build`` makes from the newest state, retrying on conflict.
 
@@ -584,40 +587,62 @@ class Log:
         ``build`` is raised only once the snapshot is confirmed newest (by a refresh), so a
         stale handle never refuses what the current table allows.
 
+        Lost races and transient storage errors are retried, with backoff, for
+        ``timeout_ms`` (default ``commit_timeout_ms``): a time budget, not an attempt count.
+
         Returns:
             The plan that was committed (or needed no write) and the version it is in
             (``snap.version`` when nothing was written).
 
         Raises:
-            CommitConflictError: If ``max_attempts`` attempts all lost the race.
+            KafkaTimeoutError: Storage kept failing until the budget was spent; whether the
+                commit landed is unknown (a retry of an idempotent append resolves it).
+            CommitConflictError: Every attempt lost a race until the budget was spent
+                (nothing was written).
         """
+        budget_ms = self.commit_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + budget_ms / 1000
         commit_id = uuid.uuid4().hex
         if snap.protocol is not None:
             check_protocol(snap.protocol, write=True)
-        for attempt in range(self.max_attempts):
+        attempt = 0
+        while True:
+            failure: BaseException | None = None  # an outage (None: a lost race)
             try:
-                plan = build(snap)
-            except TxnTableError:
-                # The attempt starts from a snapshot that may be stale (optimistic): a plan
-                # refused by validation is only final against the newest version.
-                if self.refresh(snap):
-                    continue
-                raise
-            if not plan.actions:
-                # "Nothing to write" (all duplicates, markers already written) is only a
-                # valid conclusion against the newest version: a stale snapshot would not
-                # conflict on anything, so confirm by refreshing first.
-                if self.refresh(snap):
-                    continue
-                return plan, snap.version
-            info = CommitInfo(now_ms(), plan.operation, commit_id, transactionalId=transactional_id)
-            if self.try_put(snap, [*plan.actions, info]):
-                return plan, snap.version
+                try:
+                    plan = build(snap)
+                except TxnTableError:
+                    # The attempt starts from a snapshot that may be stale (optimistic): a
+                    # plan refused by validation is only final against the newest version.
+                    if self.refresh(snap):
+                        continue
+                    raise
+                if not plan.actions:
+                    # "Nothing to write" (all duplicates, markers already written) is only a
+                    # valid conclusion against the newest version: a stale snapshot would
+                    # not conflict on anything, so confirm by refreshing first.
+                    if self.refresh(snap):
+                        continue
+                    return plan, snap.version
+                info = CommitInfo(
+                    now_ms(), plan.operation, commit_id, transactionalId=transactional_id
+                )
+                if self.try_put(snap, [*plan.actions, info]):
+                    return plan, snap.version
+            except RETRIABLE as e:
+                failure = e  # an outage is not a lost race: retried within the budget too
+            if time.monotonic() >= deadline:
+                if failure is not None:
+                    raise KafkaTimeoutError(
+                        f"{self.root}: commit not decided within {budget_ms} ms while storage "
+                        f"failed; its outcome is unknown ({failure})"
+                    ) from failure
+                raise CommitConflictError(
+                    f"{self.root}: lost every race for version {snap.version + 1} for "
+                    f"{budget_ms} ms; nothing was written"
+                )
             self._backoff(attempt)
-        raise CommitConflictError(
-            f"{self.root}: gave up after {self.max_attempts} attempts to commit version "
-            f"{snap.version + 1}"
-        )
+            attempt += 1
 
     def try_put(self, snap: TableSnapshot, actions: list[Action]) -> bool:
         """One attempt to write ``actions`` as the version after ``snap`` (put-if-absent).
@@ -629,7 +654,9 @@ class Log:
 
         Raises:
             CorruptLogError: A version is missing below the tip (never fill a gap).
-            TransientStorageError: The read-back of an ambiguous put failed too.
+            TransientStorageError: The put failed and the version is absent (an outage, not
+                a lost race: the caller retries within its time budget), or the read-back
+                of an ambiguous put failed too.
         """
         info = actions[-1]
         assert isinstance(info, CommitInfo)
@@ -651,7 +678,7 @@ class Log:
             self.stats.ambiguous += 1
             written = self.read_version(version)
             if written is None:
-                return False
+                raise
             if not any(
                 isinstance(a, CommitInfo) and a.commitId == info.commitId for a in written
             ):

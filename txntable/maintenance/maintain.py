@@ -134,6 +134,8 @@ class LogCleanupReport:
 class MaintenanceReport:
     """Everything ``Table.maintain`` did, step by step (``None``: the step did not run)."""
 
+    #: Transactional ids whose decided, unfinished transaction was completed.
+    decided: list[str] | None = None
     retention: RetentionReport | None = None
     expiry: ExpiryReport | None = None
     rewrite: RewriteReport | None = None
@@ -327,9 +329,11 @@ def maintain(
 ) -> MaintenanceReport:
     """Run every maintenance step the table's configuration calls for, in order.
 
-    Retention, producer expiry, compaction (``cleanup.policy`` with ``compact``) or merge,
-    a checkpoint, log cleanup, and (``vacuum``) deletion of segment files no version in the
-    retention window references. A step that fails is reported and the next still runs.
+    Completion of decided transactions their producers left unfinished (see
+    :meth:`Table.finish_decided_transactions`), retention, producer expiry, compaction
+    (``cleanup.policy`` with ``compact``) or merge, a checkpoint, log cleanup, and
+    (``vacuum``) deletion of segment files no version in the retention window references.
+    A step that fails is reported and the next still runs.
     ``dry_run`` only reports what vacuum would delete and skips the other steps.
     """
     from txntable.maintenance.vacuum import vacuum as run_vacuum
@@ -340,6 +344,7 @@ def maintain(
     steps: list[tuple[str, Callable[[], object]]] = []
     if not dry_run:
         steps = [
+            ("decided", lambda: table.finish_decided_transactions(clock)),
             ("retention", lambda: apply_retention(table, clock)),
             ("expiry", lambda: expire_producers(table, clock)),
             ("rewrite", lambda: rewrite(table, compact=cfg.compact, now=clock)),
@@ -378,7 +383,11 @@ class AutoMaintenance:
     """Starts ``maintain`` in a background thread when a table needs it (one at a time).
 
     A producer calls :meth:`after_commit` after each commit; it costs a clock read, and at
-    most once per ``maintenance.interval.ms`` a check of the producer's own snapshot.
+    most once per ``maintenance.interval.ms`` a check of the producer's own snapshot. Then,
+    even when nothing else is due, the background thread completes the decided
+    transactions of the table that their producers left unfinished (see
+    :meth:`Table.finish_decided_transactions`): what bounds how long a decided short-path
+    commit stays invisible when its producer died.
     """
 
     def __init__(self, open_table: Callable[[str], Table]) -> None:
@@ -402,18 +411,24 @@ class AutoMaintenance:
             running = self._running.get(table.name)
             if running is not None and running.is_alive():
                 return
-            if not maintenance_due(snap, cfg, now_ms()):
-                return
+            due = maintenance_due(snap, cfg, now_ms())
             thread = threading.Thread(
-                target=self._run, args=(table.name,), name="txntable-maintenance", daemon=True
+                target=self._run,
+                args=(table.name, due, cfg.interval_ms),
+                name="txntable-maintenance",
+                daemon=True,
             )
             self._running[table.name] = thread
         thread.start()
 
-    def _run(self, name: str) -> None:
+    def _run(self, name: str, due: bool, interval_ms: int) -> None:
         try:
             own = self._open_table(name)
-            maintain(own, vacuum=False)
+            if due:
+                maintain(own, vacuum=False)  # its first step completes decided transactions
+            else:
+                # One writer of the table per interval sweeps (the others read one object).
+                own.finish_decided_transactions(once_per_ms=interval_ms)
         except Exception:  # noqa: BLE001 - background work: never kill the producer
             _log.exception("background maintenance of %s failed", name)
 
