@@ -48,7 +48,7 @@ Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``maxBytesPe
 (default 128 MiB of buffered input per segment), ``txnAppId`` and, for a batch write,
 ``txnVersion`` (Delta's idempotent write: a version at or below the last one recorded for
 the app id is skipped; both or neither). A streaming write's ``txnAppId`` defaults to the
-checkpoint location's identity (see :mod:`txntable_spark.writer`); Spark's own
+query's id from its checkpoint (see :mod:`txntable_spark.checkpoint`); Spark's own
 ``checkpointLocation`` and ``queryName`` are accepted there.
 """
 

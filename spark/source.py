@@ -43,7 +43,7 @@ from .scan import ScanPartition, open_table, read_partition
 from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
 from .stream import TxnTableStreamReader
 from .timepos import resolve_time_options
-from .writer import TxnTableStreamWriter, TxnTableWriter, stream_app_id
+from .writer import TxnTableStreamWriter, TxnTableWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -220,7 +220,7 @@ class TxnTableDataSource(DataSource):
             raise InvalidConfigurationError("txntable supports only outputMode('append')")
         options = self._options()
         opts = parse_write_options(options, streaming=True)
-        return TxnTableStreamWriter(opts, schema, stream_app_id(opts, options))
+        return TxnTableStreamWriter(opts, schema, options)
 
     def _options(self) -> dict[str, Any]:
         return dict(self.options.items())

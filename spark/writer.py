@@ -20,15 +20,14 @@ everything is at once. Batches are non-transactional (producer id -1), so the co
 never conflicts with producers; a lost race only rebases offsets.
 
 A streaming micro-batch commits the same way plus an
-:class:`~txntable.protocol.actions.AppTxn` ``(appId, batchId)``; the check "batchId already
-applied?"
+:class:`~txntable.protocol.actions.AppTxn` ``(appId, batchId)``, ``appId`` being the query's
+id (:mod:`txntable_spark.checkpoint`) or ``txnAppId``; the check "batchId already applied?"
 runs inside the commit's retry loop against the refreshed snapshot, so a batch replayed after
 a restart is skipped even when its first attempt's commit raced with other writers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import random
@@ -85,6 +84,7 @@ from txntable.storage import Store
 from txntable.table import Table
 from txntable.util import now_ms
 
+from .checkpoint import app_id_of_query, checkpoint_option, read_query_id, task_query_id
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store, open_table
 from .schema import spark_to_arrow
@@ -111,6 +111,8 @@ class TxnCommitMessage(WriterCommitMessage):
 
     batches: list[PendingBatch] = field(default_factory=list)
     rows: int = 0
+    #: A streaming task's query id (Spark's local property), checked by the driver.
+    query_id: str | None = None
 
 
 #: Columns a write accepts: the record's, plus the read-only ones of a txntable read
@@ -617,33 +619,28 @@ class TxnTableWriter(DataSourceArrowWriter):
         return False
 
 
-def default_app_id(options: dict[str, str]) -> str:
-    """The AppTxn id of a streaming write without ``txnAppId``: derived from the checkpoint.
-
-    Spark passes the query's ``checkpointLocation`` option to the sink (not its query id),
-    and a restarted query reuses its checkpoint, which is exactly the identity idempotency
-    needs. Two queries with the same checkpoint cannot run at once anyway.
-
-    Raises:
-        InvalidConfigurationError: If there is neither ``txnAppId`` nor a
-            ``checkpointLocation`` option (e.g. only the session-wide checkpoint conf).
-    """
-    checkpoint = {k.lower(): v for k, v in options.items()}.get("checkpointlocation")
-    if not checkpoint:
-        raise InvalidConfigurationError(
-            "a txntable streaming write needs option txnAppId or checkpointLocation "
-            "(the idempotency key of its micro-batches)"
-        )
-    digest = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
-    return f"spark-{digest}"
-
-
 class TxnTableStreamWriter(DataSourceStreamArrowWriter):
-    """Exactly-once micro-batch sink: one log version per batch, tagged ``AppTxn(app, batch)``."""
+    """Exactly-once micro-batch sink: one log version per batch, tagged ``AppTxn(app, batch)``.
 
-    def __init__(self, opts: WriteOptions, schema: StructType, app_id: str) -> None:
+    The app id is ``txnAppId`` if given, else the query's id read from its checkpoint (see
+    :mod:`txntable_spark.checkpoint`).
+    """
+
+    def __init__(self, opts: WriteOptions, schema: StructType, options: dict[str, str]) -> None:
         self.opts = opts
-        self.app_id = app_id
+        #: The query id read from the checkpoint (``None`` with an explicit ``txnAppId``).
+        self.query_id: str | None = None
+        if opts.txn_app_id is not None:
+            self.app_id = opts.txn_app_id
+        else:
+            location = checkpoint_option(options)
+            if location is None:
+                raise InvalidConfigurationError(
+                    "a txntable streaming write needs option checkpointLocation (its query "
+                    "id is the idempotency key of its micro-batches) or txnAppId"
+                )
+            self.query_id = read_query_id(location)
+            self.app_id = app_id_of_query(self.query_id)
         setup = prepare_write(opts, schema)
         self.layout = setup.layout
         self.num_partitions = setup.num_partitions
@@ -652,10 +649,18 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments of the micro-batch."""
-        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
+        message = write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
+        message.query_id = task_query_id()
+        return message
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: commit the micro-batch unless ``batchId`` was already applied."""
+        """Driver: commit the micro-batch unless ``batchId`` was already applied.
+
+        Raises:
+            InvalidConfigurationError: A task ran for another query than the one whose
+                checkpoint the writer read (the location was resolved unlike Spark).
+        """
+        self._check_query(messages)
         batches = _batches(messages)
         table = open_table(self.opts.location)
         if not batches:
@@ -670,6 +675,18 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
             _delete(table.store, [b.path for b in batches])
         else:
             self.last_result = "committed"
+
+    def _check_query(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.query_id is None:
+            return
+        for m in messages:
+            if isinstance(m, TxnCommitMessage) and m.query_id not in (None, self.query_id):
+                raise InvalidConfigurationError(
+                    f"the checkpoint the txntable sink read holds query id {self.query_id}, "
+                    f"but the query running is {m.query_id}: checkpointLocation was "
+                    "resolved differently from Spark (a non-local default file system?); "
+                    "set option txnAppId"
+                )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: delete the batch's segments if no commit of ``batchId`` is in the log.
@@ -687,7 +704,3 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
         if prev is None or prev.version < batchId:
             _delete(table.store, [b.path for b in _batches(messages)])
 
-
-def stream_app_id(opts: WriteOptions, options: dict[str, str]) -> str:
-    """``txnAppId`` if given, else :func:`default_app_id`."""
-    return opts.txn_app_id or default_app_id(options)

@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txntable.errors import IllegalStateError, InvalidConfigurationError, SchemaMismatchError
+from txntable.errors import IllegalStateError, SchemaMismatchError
 from txntable.producer.partitioner import partition_for_key
 from txntable.protocol.actions import Batch
 from txntable.read.reader import read_segment
@@ -29,7 +29,6 @@ from txntable_spark.writer import (
     TxnTableStreamWriter,
     TxnTableWriter,
     check_input_schema,
-    default_app_id,
 )
 
 SCHEMA = StructType(
@@ -192,13 +191,13 @@ def test_empty_job_writes_no_version() -> None:
 
 def test_stream_commit_is_idempotent_per_batch_id() -> None:
     wh, options = _setup()
-    opts = parse_write_options(options, streaming=True)
-    first = TxnTableStreamWriter(opts, SCHEMA, "app")
+    opts = parse_write_options({**options, "txnAppId": "app"}, streaming=True)
+    first = TxnTableStreamWriter(opts, SCHEMA, {})
     m0 = first.write(iter([_batch(4, ["a", "b", "c", "d"])]))
     first.commit([m0], 0)
     assert first.last_result == "committed"
     # The same batch replayed after a restart: new files, same batch id -> skipped.
-    replay = TxnTableStreamWriter(opts, SCHEMA, "app")
+    replay = TxnTableStreamWriter(opts, SCHEMA, {})
     m0b = replay.write(iter([_batch(4, ["a", "b", "c", "d"])]))
     assert isinstance(m0b, TxnCommitMessage)
     replay.commit([m0b], 0)
@@ -210,7 +209,8 @@ def test_stream_commit_is_idempotent_per_batch_id() -> None:
     assert snap.app_txns["app"].version == 1
     assert sum(p.high_watermark for p in snap.partitions) == 5
     # Another app id is independent.
-    other = TxnTableStreamWriter(opts, SCHEMA, "other")
+    other_opts = parse_write_options({**options, "txnAppId": "other"}, streaming=True)
+    other = TxnTableStreamWriter(other_opts, SCHEMA, {})
     m = other.write(iter([_batch(1, ["f"])]))
     other.commit([m], 0)
     assert other.last_result == "committed"
@@ -223,7 +223,7 @@ def test_stream_commit_is_idempotent_per_batch_id() -> None:
     assert not {b.path for b in m2.batches} & set(wh.store.list("t/data/"))
 
 
-def test_input_schema_checks_and_app_id() -> None:
+def test_input_schema_checks() -> None:
     check_input_schema(StructType([StructField("value", StringType())]))
     with pytest.raises(SchemaMismatchError):
         check_input_schema(StructType([StructField("key", StringType())]))
@@ -257,14 +257,6 @@ def test_input_schema_checks_and_app_id() -> None:
             ]
         )
     )
-    a = default_app_id({"checkpointlocation": "/ck/q1"})
-    assert (
-        a
-        == default_app_id({"checkpointLocation": "/ck/q1/"})
-        != default_app_id({"checkpointlocation": "/ck/q2"})
-    )
-    with pytest.raises(InvalidConfigurationError):
-        default_app_id({"path": "/x/t"})
 
 
 def test_batch_write_with_txn_app_id_and_version_is_idempotent() -> None:
