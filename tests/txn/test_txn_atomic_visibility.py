@@ -156,13 +156,13 @@ def test_reader_never_sees_a_half_marked_transaction_across_tables(wh: Warehouse
     seen_between: dict[str, list[bytes | None]] = {}
     real = producer.coordinator.write_markers
 
-    def write_markers(meta, kind):  # type: ignore[no-untyped-def]
+    def write_markers(meta, kind, results=None):  # type: ignore[no-untyped-def]
         # Look at the tables after each table's markers: write table by table.
         for table_name in sorted(meta.partitions):
             single = meta.__class__(
                 **{**meta.__dict__, "partitions": {table_name: meta.partitions[table_name]}}
             )
-            real(single, kind)
+            real(single, kind, results)
             seen_between[table_name] = read_all(Warehouse(wh.url), TABLES)
 
     producer.coordinator.write_markers = write_markers  # type: ignore[method-assign]
