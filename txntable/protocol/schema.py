@@ -407,12 +407,10 @@ class TypedLayout:
         n = table.num_rows
         if not self.key_columns:
             return pa.chunked_array([pa.nulls(n, pa.binary())])
-        parts = [table.column(k).cast(pa.string()) for k in self.key_columns]
+        parts = [_key_bytes(table.column(k)) for k in self.key_columns]
         if len(parts) == 1:
-            joined = parts[0]
-        else:
-            joined = pc.binary_join_element_wise(*parts, "\x1f")
-        return joined.cast(pa.binary())
+            return parts[0]
+        return pc.binary_join_element_wise(*parts, b"\x1f")
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -537,6 +535,14 @@ def layout_of(metadata: SchemaMetadata | None) -> TypedLayout | None:
 
 
 # --- conversion helpers --------------------------------------------------------------------
+
+
+def _key_bytes(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A key column's bytes: a binary's own (any bytes, not only UTF-8), a string's UTF-8,
+    an integer's decimal text."""
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.string())
+    return column.cast(pa.binary())
 
 
 def _as_table(data: object) -> pa.Table:
