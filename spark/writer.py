@@ -33,8 +33,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -71,14 +70,7 @@ from txntable.producer.partitioner import partitions_for_keys
 from txntable.protocol.actions import AppTxn, Batch, CommitPlan
 from txntable.protocol.append import AppendResult, PendingBatch, plan_append
 from txntable.protocol.records import SEGMENT_SCHEMA
-from txntable.protocol.schema import (
-    TypedLayout,
-    castable,
-    check_evolution,
-    layout_of,
-    merge_schemas,
-    schema_to_json,
-)
+from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
@@ -87,7 +79,7 @@ from txntable.util import now_ms
 from .checkpoint import app_id_of_query, checkpoint_option, read_query_id, task_query_id
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store, open_table
-from .schema import spark_to_arrow
+from .typedwrite import TypedWrite, plan_typed_write
 
 __all__ = [
     "TxnCommitMessage",
@@ -102,7 +94,6 @@ _INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
 
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass
@@ -320,10 +311,10 @@ def write_task(
     opts: WriteOptions,
     num_partitions: int,
     write_id: str,
-    layout: TypedLayout | None = None,
+    typed: TypedWrite | None = None,
 ) -> TxnCommitMessage:
     """Executor side of both writers: route, write segments, describe them (a typed
-    table's rows (``layout``) conformed to its schema, routed by its key columns)."""
+    table's rows conformed by ``typed``, routed by its key columns)."""
     loc = opts.location
     store = cached_store(loc.warehouse_url, loc.storage_options)
     router = Router(num_partitions, _sticky_partition(num_partitions))
@@ -334,11 +325,9 @@ def write_task(
         if n == 0:
             continue
         keys: pa.Array | pa.ChunkedArray
-        if layout is not None:
-            data = pa.Table.from_batches([batch])
-            data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
-            rows = layout.conform(data, now)
-            keys = layout.keys(rows)
+        if typed is not None:
+            rows = typed.conform(pa.Table.from_batches([batch]), now)
+            keys = typed.layout.keys(rows)
         else:
             value = _column(batch, "value")
             if value is None:
@@ -438,70 +427,12 @@ def plain_append(
 # --- the writers -----------------------------------------------------------------------------
 
 
-#: Columns of a typed table's read that a write ignores (``partition`` routes the row,
-#: ``timestamp`` is its timestamp; ``offset`` is assigned at commit).
-TYPED_IGNORED = ("partition", "offset")
-
-
-def typed_write_layout(layout: TypedLayout, schema: StructType, merge: bool) -> TypedLayout:
-    """The layout a typed table is written with from a DataFrame of ``schema``: the table's,
-    or with ``mergeSchema`` its evolution holding the DataFrame's columns.
-
-    Raises:
-        SchemaMismatchError: A column the table does not have (without ``mergeSchema``), a
-            column whose type does not fit, or an evolution that is not allowed.
-    """
-    arrow = spark_to_arrow(schema)
-    system = {*TYPED_IGNORED, "timestamp"}
-    data = pa.schema([f for f in arrow if f.name not in system])
-    unknown = [n for n in data.names if n not in layout.schema.names]
-    target = layout.schema
-    if unknown and not merge:
-        raise SchemaMismatchError(
-            f"column {unknown[0]!r} is not a column of the table ({layout.schema.names}); "
-            "write with option mergeSchema=true to add it"
-        )
-    if merge:
-        target = merge_schemas(layout.schema, data)
-    for f in data:
-        want = target.field(f.name).type
-        if not castable(f.type, want):
-            raise SchemaMismatchError(
-                f"column {f.name!r} of type {f.type} cannot be stored as {want}"
-            )
-    return TypedLayout(target, layout.key_columns)
-
-
-def with_schema(
-    build: Callable[[TableSnapshot], CommitPlan[T]], schema: pa.Schema
-) -> Callable[[TableSnapshot], CommitPlan[T]]:
-    """``build``, committing ``schema`` too (a ``metadata`` action) when the newest
-    snapshot's schema is not it already: a ``mergeSchema`` write's evolution lands in the
-    same log version as its data, re-checked against every snapshot it rebases onto.
-
-    Raises:
-        SchemaMismatchError: A concurrent change left ``schema`` no evolution of the newest.
-    """
-
-    def wrapped(s: TableSnapshot) -> CommitPlan[T]:
-        plan = build(s)
-        layout = layout_of(s.metadata)
-        assert s.metadata is not None and layout is not None
-        if not plan.actions or layout.schema.equals(schema):
-            return plan
-        check_evolution(layout.schema, schema)
-        metadata = replace(s.metadata, schema=schema_to_json(schema))
-        return CommitPlan([metadata, *plan.actions], plan.result, plan.operation)
-
-    return wrapped
-
-
 @dataclass(frozen=True)
 class WriteSetup:
     """What the driver fixes once for a batch write job or a streaming query."""
 
-    #: A typed table's layout the tasks write with (``None``: Kafka's record).
-    layout: TypedLayout | None
+    #: How the tasks conform rows to a typed table (``None``: Kafka's record).
+    typed: TypedWrite | None
     num_partitions: int
     #: The table version the write started from.
     version: int
@@ -518,12 +449,12 @@ def prepare_write(opts: WriteOptions, schema: StructType) -> WriteSetup:
     """
     snap = open_table(opts.location).snapshot()
     table_layout = layout_of(snap.metadata)
-    layout: TypedLayout | None = None
+    typed: TypedWrite | None = None
     if table_layout is not None:
-        layout = typed_write_layout(table_layout, schema, opts.merge_schema)
+        typed = plan_typed_write(table_layout, schema, opts.merge_schema)
     else:
         check_input_schema(schema)
-    return WriteSetup(layout, snap.num_partitions, snap.version, uuid.uuid4().hex)
+    return WriteSetup(typed, snap.num_partitions, snap.version, uuid.uuid4().hex)
 
 
 class TxnTableWriter(DataSourceArrowWriter):
@@ -532,8 +463,8 @@ class TxnTableWriter(DataSourceArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self.opts = opts
         setup = prepare_write(opts, schema)
-        #: A typed table's layout the tasks write with (``None``: Kafka's record).
-        self.layout = setup.layout
+        #: How the tasks conform rows to a typed table (``None``: Kafka's record).
+        self.typed = setup.typed
         self.num_partitions = setup.num_partitions
         self.start_version = setup.version
         self.write_id = setup.write_id
@@ -543,7 +474,7 @@ class TxnTableWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments (invisible until the driver commits)."""
-        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
+        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.typed)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: commit all segments as one log version (no version if nothing was written).
@@ -560,8 +491,8 @@ class TxnTableWriter(DataSourceArrowWriter):
         opts = self.opts
         if opts.txn_app_id is not None and opts.txn_version is not None:
             build = app_txn_append(batches, opts.txn_app_id, opts.txn_version, "WRITE")
-            if self.layout is not None:
-                build = with_schema(build, self.layout.schema)
+            if self.typed is not None:
+                build = self.typed.commit_build(build)
             plan, version = table.commit(build)
             if plan.result is None:
                 self.skipped = True
@@ -570,9 +501,9 @@ class TxnTableWriter(DataSourceArrowWriter):
             else:
                 self.committed_version = version
                 committed = {b.path for b in batches}
-        elif self.layout is not None:
-            append = plain_append(batches)
-            _, self.committed_version = table.commit(with_schema(append, self.layout.schema))
+        elif self.typed is not None:
+            append = self.typed.commit_build(plain_append(batches))
+            _, self.committed_version = table.commit(append)
             committed = {b.path for b in batches}
         else:
             _, self.committed_version = table.append(batches)
@@ -642,14 +573,14 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
             self.query_id = read_query_id(location)
             self.app_id = app_id_of_query(self.query_id)
         setup = prepare_write(opts, schema)
-        self.layout = setup.layout
+        self.typed = setup.typed
         self.num_partitions = setup.num_partitions
         self.write_id = setup.write_id
         self.last_result: str | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments of the micro-batch."""
-        message = write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
+        message = write_task(iterator, self.opts, self.num_partitions, self.write_id, self.typed)
         message.query_id = task_query_id()
         return message
 
@@ -667,8 +598,8 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
             self.last_result = "empty"
             return
         build = app_txn_append(batches, self.app_id, batchId, "STREAMING UPDATE")
-        if self.layout is not None:
-            build = with_schema(build, self.layout.schema)
+        if self.typed is not None:
+            build = self.typed.commit_build(build)
         plan, _ = table.commit(build)
         if plan.result is None:
             self.last_result = "skipped"

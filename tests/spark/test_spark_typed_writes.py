@@ -34,3 +34,40 @@ def test_binary_key_column_takes_any_bytes(spark: Any, lake: str) -> None:
     assert [(r["k"], r["v"]) for r in rows] == list(zip(keys, values, strict=True))
     # Routed by the bytes themselves, as a Kafka producer routes a key.
     assert all(r["partition"] == partition_for_key(r["k"], 4) for r in rows)
+
+
+def _evolving_to(lake: str, schema: pa.Schema) -> Any:
+    """A ``mapInArrow`` function that, in each task, has another client evolve table ``t``
+    to ``schema`` (the writer was created, with the older schema, when the job started)."""
+
+    def run(batches: Any) -> Any:
+        Warehouse(lake).table("t").evolve_schema(schema)  # idempotent across tasks
+        yield from batches
+
+    return run
+
+
+def test_write_commits_next_to_another_clients_schema_evolution(spark: Any, lake: str) -> None:
+    wh = Warehouse(lake)
+    v1 = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())])
+    table = wh.create_table("t", 2, schema=v1, key=["id"])
+    v2 = v1.append(pa.field("note", pa.string()))
+    df = spark.createDataFrame([(i, f"s{i}") for i in range(6)], "id bigint, s string")
+    # The job holds v1; a nullable column is added while it runs: it commits unchanged.
+    df.mapInArrow(_evolving_to(lake, v2), df.schema).write.format("txntable").mode(
+        "append"
+    ).save(f"{lake}/t")
+    table.snapshot()  # refresh the handle
+    assert table.schema == v2
+    rows = table.scan(columns=["id", "s", "note"]).to_arrow().sort_by("id").to_pylist()
+    assert rows == [{"id": i, "s": f"s{i}", "note": None} for i in range(6)]
+    # A mergeSchema job adding qty while another client adds tag: both columns land.
+    v3 = v2.append(pa.field("tag", pa.string()))
+    extra = spark.createDataFrame([(10, "x", 7)], "id bigint, s string, qty int")
+    extra.mapInArrow(_evolving_to(lake, v3), extra.schema).write.format("txntable").mode(
+        "append"
+    ).option("mergeSchema", "true").save(f"{lake}/t")
+    table.snapshot()
+    assert table.schema == v3.append(pa.field("qty", pa.int32()))
+    last = table.scan().to_arrow().filter(pa.compute.field("id") == 10).to_pylist()
+    assert [(r["s"], r["note"], r["tag"], r["qty"]) for r in last] == [("x", None, None, 7)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -11,6 +13,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     IntegerType,
+    LongType,
     StringType,
     StructField,
     StructType,
@@ -19,7 +22,9 @@ from pyspark.sql.types import (
 
 from txntable.errors import IllegalStateError, SchemaMismatchError
 from txntable.producer.partitioner import partition_for_key
-from txntable.protocol.actions import Batch
+from txntable.protocol.actions import Batch, CommitPlan
+from txntable.protocol.schema import schema_to_json
+from txntable.protocol.sequencing import RoundItem, sequence_round
 from txntable.read.reader import read_segment
 from txntable.warehouse import Warehouse
 from txntable_spark.options import parse_write_options
@@ -29,6 +34,7 @@ from txntable_spark.writer import (
     TxnTableStreamWriter,
     TxnTableWriter,
     check_input_schema,
+    plain_append,
 )
 
 SCHEMA = StructType(
@@ -286,3 +292,41 @@ def test_batch_write_with_txn_app_id_and_version_is_idempotent() -> None:
     # Skipped jobs leave no segment behind.
     referenced = {e.path for p in snap.partitions for e in p.entries if isinstance(e, Batch)}
     assert set(wh.store.list("t/data/")) == referenced
+
+
+def test_typed_commits_hold_next_to_a_concurrent_evolution_also_in_a_group_commit_round() -> None:
+    """A writer holding the older schema commits its segments unchanged: directly, as a
+    streaming micro-batch, and when group commit sequences its build after the evolution
+    in one round (issue 26 item 4)."""
+    wh = Warehouse(f"memory://spark-writer-{uuid.uuid4().hex}")
+    v1 = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())])
+    table = wh.create_table("t", 1, schema=v1, key=["id"])
+    options = {"path": f"{wh.url}/t"}
+    df_schema = StructType([StructField("id", LongType(), False), StructField("s", StringType())])
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "s": ["a", "b"]})
+
+    batch_writer = TxnTableWriter(parse_write_options(options), df_schema)
+    stream_opts = parse_write_options({**options, "txnAppId": "q"}, streaming=True)
+    stream_writer = TxnTableStreamWriter(stream_opts, df_schema, {})
+    in_round = TxnTableWriter(parse_write_options(options), df_schema)
+    messages = [w.write(iter([rows])) for w in (batch_writer, stream_writer, in_round)]
+    assert all(isinstance(m, TxnCommitMessage) for m in messages)
+
+    v2 = table.evolve_schema(v1.append(pa.field("note", pa.string())))
+    batch_writer.commit([messages[0]])
+    stream_writer.commit([messages[1]], 0)
+    assert stream_writer.last_result == "committed"
+    table.snapshot()
+    assert table.schema == v2
+
+    v3 = v2.append(pa.field("tag", pa.string()))
+
+    def evolve(s: Any) -> CommitPlan[None]:
+        return CommitPlan([replace(s.metadata, schema=schema_to_json(v3))], None, "SET SCHEMA")
+
+    message = messages[2]
+    assert isinstance(message, TxnCommitMessage) and in_round.typed is not None
+    build = in_round.typed.commit_build(plain_append(message.batches))
+    planned = sequence_round(table.snapshot(), [RoundItem(evolve), RoundItem(build)])
+    assert not [r for r in planned.results if isinstance(r, Exception)]
+    assert sum(isinstance(a, Batch) for a in planned.actions) == 1

@@ -1,0 +1,122 @@
+"""Spark writes into a typed table: which schema the segments get and what a commit adds.
+
+The driver fixes a :class:`TypedWrite` once per batch job or streaming query, from the
+table's schema and the DataFrame's; every task conforms its rows with it, and the commit
+builds its log version with :meth:`TypedWrite.commit_build`.
+
+A write that does not evolve the schema writes segments of the schema the table had when it
+started, and commits them unchanged whatever schema the table has by then: another client
+may have added a column or widened one meanwhile, and readers cast such segments (the spec's
+writer requirements for typed tables). A ``mergeSchema`` write that adds or widens columns
+merges its evolution into the newest schema at every (re)build of its commit, so it lands in
+the same log version as its data, next to a concurrent evolution if the two fit together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from txntable.errors import SchemaMismatchError
+from txntable.protocol.actions import CommitPlan
+from txntable.protocol.schema import (
+    TypedLayout,
+    castable,
+    layout_of,
+    merge_schemas,
+    schema_to_json,
+)
+from txntable.protocol.snapshot import TableSnapshot
+
+from .schema import spark_to_arrow
+
+__all__ = ["TYPED_IGNORED", "TypedWrite", "plan_typed_write"]
+
+T = TypeVar("T")
+
+#: Columns of a typed table's read that a write ignores (``partition`` routes the row,
+#: ``timestamp`` is its timestamp; ``offset`` is assigned at commit).
+TYPED_IGNORED = ("partition", "offset")
+
+
+@dataclass(frozen=True)
+class TypedWrite:
+    """How one Spark write conforms a DataFrame to a typed table."""
+
+    #: The layout the segments are written with: the table's, or its ``mergeSchema``
+    #: evolution holding the DataFrame's columns.
+    layout: TypedLayout
+    #: The table's schema when the write started.
+    start_schema: pa.Schema
+
+    @property
+    def evolves(self) -> bool:
+        """Whether the write adds or widens columns (``mergeSchema``)."""
+        return not self.layout.schema.equals(self.start_schema)
+
+    def conform(self, data: pa.Table, now: int) -> pa.Table:
+        """A task's rows as segment rows (see :meth:`TypedLayout.conform`)."""
+        data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
+        return self.layout.conform(data, now)
+
+    def commit_build(
+        self, build: Callable[[TableSnapshot], CommitPlan[T]]
+    ) -> Callable[[TableSnapshot], CommitPlan[T]]:
+        """``build``, plus the write's schema evolution when it has one: merged into the
+        newest snapshot's schema (a ``metadata`` action unless that already holds it).
+        Pure, so the commit re-decides against every snapshot it rebases onto.
+
+        Raises:
+            SchemaMismatchError: A concurrent evolution the write's does not fit with
+                (e.g. the same new column with another type).
+        """
+        if not self.evolves:
+            return build  # segments of a schema the table had: committed as they are
+        target = self.layout.schema
+
+        def wrapped(s: TableSnapshot) -> CommitPlan[T]:
+            plan = build(s)
+            layout = layout_of(s.metadata)
+            assert s.metadata is not None and layout is not None
+            if not plan.actions:
+                return plan
+            merged = merge_schemas(layout.schema, target)
+            if merged.equals(layout.schema):
+                return plan
+            metadata = replace(s.metadata, schema=schema_to_json(merged))
+            return CommitPlan([metadata, *plan.actions], plan.result, plan.operation)
+
+        return wrapped
+
+
+def plan_typed_write(layout: TypedLayout, schema: StructType, merge: bool) -> TypedWrite:
+    """How a DataFrame of ``schema`` is written into a table of ``layout``: with the table's
+    schema, or with ``mergeSchema`` its evolution holding the DataFrame's columns.
+
+    Raises:
+        SchemaMismatchError: A column the table does not have (without ``mergeSchema``), a
+            column whose type does not fit, or an evolution that is not allowed.
+    """
+    arrow = spark_to_arrow(schema)
+    system = {*TYPED_IGNORED, "timestamp"}
+    data = pa.schema([f for f in arrow if f.name not in system])
+    unknown = [n for n in data.names if n not in layout.schema.names]
+    target = layout.schema
+    if unknown and not merge:
+        raise SchemaMismatchError(
+            f"column {unknown[0]!r} is not a column of the table ({layout.schema.names}); "
+            "write with option mergeSchema=true to add it"
+        )
+    if merge:
+        target = merge_schemas(layout.schema, data)
+    for f in data:
+        want = target.field(f.name).type
+        if not castable(f.type, want):
+            raise SchemaMismatchError(
+                f"column {f.name!r} of type {f.type} cannot be stored as {want}"
+            )
+    return TypedWrite(TypedLayout(target, layout.key_columns), layout.schema)
