@@ -4,6 +4,12 @@ The driver fixes a :class:`TypedWrite` once per batch job or streaming query, fr
 table's schema and the DataFrame's; every task conforms its rows with it, and the commit
 builds its log version with :meth:`TypedWrite.commit_build`.
 
+Columns are matched by name as Spark matches them (``spark.sql.caseSensitive=false``, its
+default): ``Customer`` writes the table's ``customer``, an exact match winning, and
+``mergeSchema`` never adds a column that differs from an existing one only by case. With
+``spark.sql.caseSensitive=true`` (seen by the tasks as a Spark local property) a match that
+needs another case is refused.
+
 A write that does not evolve the schema writes segments of the schema the table had when it
 started, and commits them unchanged whatever schema the table has by then: another client
 may have added a column or widened one meanwhile, and readers cast such segments (the spec's
@@ -24,6 +30,7 @@ from pyspark.sql.types import StructType
 from txntable.errors import SchemaMismatchError
 from txntable.protocol.actions import CommitPlan
 from txntable.protocol.schema import (
+    TIMESTAMP_COLUMN,
     TypedLayout,
     castable,
     layout_of,
@@ -34,7 +41,7 @@ from txntable.protocol.snapshot import TableSnapshot
 
 from .schema import spark_to_arrow
 
-__all__ = ["TYPED_IGNORED", "TypedWrite", "plan_typed_write"]
+__all__ = ["TYPED_IGNORED", "TypedWrite", "plan_typed_write", "resolve_columns"]
 
 T = TypeVar("T")
 
@@ -52,6 +59,9 @@ class TypedWrite:
     layout: TypedLayout
     #: The table's schema when the write started.
     start_schema: pa.Schema
+    #: DataFrame column -> the column it writes, where the names differ (case, or a system
+    #: column: ``timestamp``, or ``partition`` / ``offset``, which are dropped).
+    renames: tuple[tuple[str, str], ...] = ()
 
     @property
     def evolves(self) -> bool:
@@ -59,7 +69,21 @@ class TypedWrite:
         return not self.layout.schema.equals(self.start_schema)
 
     def conform(self, data: pa.Table, now: int) -> pa.Table:
-        """A task's rows as segment rows (see :meth:`TypedLayout.conform`)."""
+        """A task's rows as segment rows (see :meth:`TypedLayout.conform`).
+
+        Raises:
+            SchemaMismatchError: ``spark.sql.caseSensitive`` is true and a column matched
+                only in another case.
+        """
+        renames = dict(self.renames)
+        if _case_sensitive():
+            for df_name, column in self.renames:
+                if column not in (*TYPED_IGNORED, TIMESTAMP_COLUMN) and column != df_name:
+                    raise SchemaMismatchError(
+                        f"column {df_name!r} is not a column of the table (spark.sql."
+                        f"caseSensitive is true; the table has {column!r})"
+                    )
+        data = data.rename_columns([renames.get(n, n) for n in data.column_names])
         data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
         return self.layout.conform(data, now)
 
@@ -95,15 +119,24 @@ class TypedWrite:
 
 def plan_typed_write(layout: TypedLayout, schema: StructType, merge: bool) -> TypedWrite:
     """How a DataFrame of ``schema`` is written into a table of ``layout``: with the table's
-    schema, or with ``mergeSchema`` its evolution holding the DataFrame's columns.
+    schema, or with ``mergeSchema`` its evolution holding the DataFrame's columns; names
+    matched case-insensitively (:func:`resolve_columns`).
 
     Raises:
         SchemaMismatchError: A column the table does not have (without ``mergeSchema``), a
-            column whose type does not fit, or an evolution that is not allowed.
+            column whose type does not fit, an ambiguous name, or an evolution that is not
+            allowed.
     """
     arrow = spark_to_arrow(schema)
-    system = {*TYPED_IGNORED, "timestamp"}
-    data = pa.schema([f for f in arrow if f.name not in system])
+    renames = resolve_columns(layout.schema, arrow.names)
+    system = {*TYPED_IGNORED, TIMESTAMP_COLUMN}
+    data = pa.schema(
+        [
+            f.with_name(renames[f.name])
+            for f in arrow
+            if renames[f.name] not in system or renames[f.name] in layout.schema.names
+        ]
+    )
     unknown = [n for n in data.names if n not in layout.schema.names]
     target = layout.schema
     if unknown and not merge:
@@ -119,4 +152,58 @@ def plan_typed_write(layout: TypedLayout, schema: StructType, merge: bool) -> Ty
             raise SchemaMismatchError(
                 f"column {f.name!r} of type {f.type} cannot be stored as {want}"
             )
-    return TypedWrite(TypedLayout(target, layout.key_columns), layout.schema)
+    changed = tuple((k, v) for k, v in renames.items() if k != v)
+    return TypedWrite(TypedLayout(target, layout.key_columns), layout.schema, changed)
+
+
+def resolve_columns(table: pa.Schema, columns: list[str]) -> dict[str, str]:
+    """The column each DataFrame column writes, as Spark resolves names by default: the
+    table column of that exact name, else a system column (``partition``, ``offset``,
+    ``timestamp``) in any case, else the one table column equal but for case; a name
+    matching nothing keeps its own (a new column for ``mergeSchema``).
+
+    Raises:
+        SchemaMismatchError: A name equal but for case to several table columns, or two
+            DataFrame columns writing the same column.
+    """
+    system = (*TYPED_IGNORED, TIMESTAMP_COLUMN)
+    by_lower: dict[str, list[str]] = {}
+    for name in table.names:
+        by_lower.setdefault(name.lower(), []).append(name)
+    out: dict[str, str] = {}
+    for name in columns:
+        lower = name.lower()
+        matches = by_lower.get(lower, [])
+        if name in table.names:
+            out[name] = name
+        elif lower in system:
+            out[name] = lower
+        elif len(matches) > 1:
+            raise SchemaMismatchError(
+                f"column {name!r} is ambiguous: the table has {matches} (Spark matches "
+                "column names case-insensitively)"
+            )
+        else:
+            out[name] = matches[0] if matches else name
+    written: dict[str, str] = {}
+    for name, column in out.items():
+        # New columns must differ in more than case too: they become columns of the table.
+        known = column in table.names or column in system
+        other = written.setdefault(column if known else column.lower(), name)
+        if other != name:
+            what = f"both write column {column!r}" if known else "differ only by case"
+            raise SchemaMismatchError(
+                f"columns {other!r} and {name!r} {what} (Spark matches column names "
+                "case-insensitively)"
+            )
+    return out
+
+
+def _case_sensitive() -> bool:
+    """Whether the Spark session resolves column names case-sensitively (a task sees the
+    session's explicitly set SQL confs as local properties; the default is false)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = None if ctx is None else ctx.getLocalProperty("spark.sql.caseSensitive")
+    return (value or "false").strip().lower() == "true"

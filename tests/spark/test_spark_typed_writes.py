@@ -71,3 +71,42 @@ def test_write_commits_next_to_another_clients_schema_evolution(spark: Any, lake
     assert table.schema == v3.append(pa.field("qty", pa.int32()))
     last = table.scan().to_arrow().filter(pa.compute.field("id") == 10).to_pylist()
     assert [(r["s"], r["note"], r["tag"], r["qty"]) for r in last] == [("x", None, None, 7)]
+
+
+def test_column_names_resolve_as_spark_does(spark: Any, lake: str) -> None:
+    """``spark.sql.caseSensitive=false`` (the default): ``Customer`` writes the table's
+    ``customer`` (its key: the row is routed by it), and mergeSchema never adds a column
+    that differs from an existing one only by case."""
+    wh = Warehouse(lake)
+    schema = pa.schema([("customer", pa.string()), ("amount", pa.int64())])
+    table = wh.create_table("t", 4, schema=schema, key=["customer"])
+    path = f"{lake}/t"
+    df = spark.createDataFrame([("alice", 5), ("bob", 6)], "Customer string, AMOUNT bigint")
+    df.write.format("txntable").mode("append").save(path)
+    df.write.format("txntable").mode("append").option("mergeSchema", "true").save(path)
+    carol = spark.createDataFrame(
+        [("carol", 7, "n")], "CUSTOMER string, amount bigint, Note string"
+    )
+    carol.write.format("txntable").mode("append").option("mergeSchema", "true").save(path)
+    table.snapshot()
+    assert table.schema == schema.append(pa.field("Note", pa.string()))
+    got = table.scan(columns=["customer", "amount", "Note", "partition"]).to_arrow().to_pylist()
+    assert sorted((r["customer"], r["amount"], r["Note"]) for r in got) == [
+        ("alice", 5, None),
+        ("alice", 5, None),
+        ("bob", 6, None),
+        ("bob", 6, None),
+        ("carol", 7, "n"),
+    ]
+    assert all(r["partition"] == partition_for_key(r["customer"].encode(), 4) for r in got)
+    version = table.snapshot().version
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        for merge in ("false", "true"):
+            with pytest.raises(Exception, match="SchemaMismatchError") as info:
+                df.write.format("txntable").mode("append").option("mergeSchema", merge).save(path)
+            assert "'Customer'" in str(info.value)
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
+    assert table.snapshot().version == version  # refused: nothing written
+    assert table.schema == schema.append(pa.field("Note", pa.string()))

@@ -273,8 +273,19 @@ def merge_schemas(table: pa.Schema, data: pa.Schema) -> pa.Schema:
     ``data`` the table lacks are added (nullable), narrower table types widened.
 
     Raises:
-        SchemaMismatchError: A column of ``data`` does not fit an allowed evolution.
+        SchemaMismatchError: A column of ``data`` does not fit an allowed evolution, or
+            differs from a column of the table only by case.
     """
+    existing = {n.lower(): n for n in table.names}
+    for d in data:
+        clash = existing.get(d.name.lower())
+        if d.name not in table.names and clash is not None:
+            # Spark resolves names case-insensitively: such a column could never be told
+            # apart from the existing one by a Spark reader or writer.
+            raise SchemaMismatchError(
+                f"schema change refused: new column {d.name!r} differs from column "
+                f"{clash!r} only by case"
+            )
     fields = []
     for f in table:
         if f.name in data.names:
