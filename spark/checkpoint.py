@@ -27,6 +27,8 @@ from collections.abc import Mapping
 
 from txntable.errors import InvalidConfigurationError
 
+from .session import task_property
+
 __all__ = [
     "QUERY_ID_PROPERTY",
     "app_id_of_query",
@@ -143,7 +145,4 @@ def app_id_of_query(query_id: str) -> str:
 def task_query_id() -> str | None:
     """The id of the streaming query the current Spark task runs for (``None`` outside a
     task, or when Spark did not set it)."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    return None if ctx is None else ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    return task_property(QUERY_ID_PROPERTY)

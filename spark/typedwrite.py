@@ -40,6 +40,8 @@ from txntable.protocol.schema import (
 from txntable.protocol.snapshot import TableSnapshot
 
 from .schema import spark_to_arrow
+from .session import task_property
+from .timeconv import conform_timestamps, session_time_zone
 
 __all__ = ["TYPED_IGNORED", "TypedWrite", "plan_typed_write", "resolve_columns"]
 
@@ -83,8 +85,14 @@ class TypedWrite:
                         f"column {df_name!r} is not a column of the table (spark.sql."
                         f"caseSensitive is true; the table has {column!r})"
                     )
+        zone = _once(lambda: session_time_zone(data.schema))
         data = data.rename_columns([renames.get(n, n) for n in data.column_names])
         data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
+        schema = self.layout.segment_schema
+        for i, name in enumerate(data.column_names):
+            if name in schema.names:
+                column = conform_timestamps(data.column(i), schema.field(name).type, zone, name)
+                data = data.set_column(i, name, column)
         return self.layout.conform(data, now)
 
     def commit_build(
@@ -199,11 +207,20 @@ def resolve_columns(table: pa.Schema, columns: list[str]) -> dict[str, str]:
     return out
 
 
+def _once(compute: Callable[[], str]) -> Callable[[], str]:
+    """``compute``, called at most once (the session time zone, only if a value needs it)."""
+    cache: list[str] = []
+
+    def get() -> str:
+        if not cache:
+            cache.append(compute())
+        return cache[0]
+
+    return get
+
+
 def _case_sensitive() -> bool:
     """Whether the Spark session resolves column names case-sensitively (a task sees the
     session's explicitly set SQL confs as local properties; the default is false)."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    value = None if ctx is None else ctx.getLocalProperty("spark.sql.caseSensitive")
+    value = task_property("spark.sql.caseSensitive")
     return (value or "false").strip().lower() == "true"

@@ -4,6 +4,7 @@ binary keys of any bytes, commits next to another client's schema evolution."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -110,3 +111,48 @@ def test_column_names_resolve_as_spark_does(spark: Any, lake: str) -> None:
         spark.conf.unset("spark.sql.caseSensitive")
     assert table.snapshot().version == version  # refused: nothing written
     assert table.schema == schema.append(pa.field("Note", pa.string()))
+
+
+def test_timestamp_kinds_convert_in_the_session_time_zone(spark: Any, lake: str) -> None:
+    """TIMESTAMP into a naive column stores its wall clock in the session time zone, and
+    TIMESTAMP_NTZ into a zoned column is read in it: what Spark's own casts give."""
+    wh = Warehouse(lake)
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("wall", pa.timestamp("us")),
+            ("at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    table = wh.create_table("t", 1, schema=schema)
+    literals = [
+        (1, "2024-01-01 00:00:00", "2024-01-01 00:00:00"),
+        (2, "2024-07-01 12:00:00", "2024-03-10 02:30:00"),  # 'at' in the DST gap
+    ]
+    select = " union all ".join(
+        f"select {i}L as id, timestamp'{w}' as wall, timestamp_ntz'{a}' as at"
+        for i, w, a in literals
+    )
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        spark.sql(select).write.format("txntable").mode("append").save(f"{lake}/t")
+        # Spark's casts, for reference, as epoch microseconds.
+        casts = spark.sql(
+            f"select id, unix_micros(cast(at as timestamp)) as at_us, "
+            f"cast(wall as timestamp_ntz) as w "
+            f"from ({select})"
+        ).orderBy("id").collect()
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    got = table.scan(columns=["id", "wall", "at"]).to_arrow().sort_by("id").to_pylist()
+    assert [r["wall"] for r in got] == [c["w"] for c in casts]  # Spark's own wall clocks
+    assert [r["wall"] for r in got] == [
+        datetime.datetime(2024, 1, 1, 0, 0),
+        datetime.datetime(2024, 7, 1, 12, 0),
+    ]
+    at_us = [int(r["at"].timestamp() * 1_000_000) for r in got]
+    assert at_us == [c["at_us"] for c in casts]
+    assert [r["at"] for r in got] == [
+        datetime.datetime(2024, 1, 1, 5, 0, tzinfo=datetime.UTC),
+        datetime.datetime(2024, 3, 10, 7, 30, tzinfo=datetime.UTC),  # 03:30 EDT, as Java
+    ]
