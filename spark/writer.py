@@ -2,7 +2,8 @@
 
 Input columns follow Spark's Kafka sink: ``value`` (required, binary or string), ``key``
 (binary or string), ``partition`` (int), ``headers`` (array<struct<key: string, value:
-binary>>) and ``timestamp`` (timestamp; the write time when absent or null). Strings are
+binary>>) and ``timestamp`` (timestamp, floored to milliseconds as Spark's Kafka sink floors
+it; the write time when absent or null). Strings are
 encoded as UTF-8. ``topic`` and ``offset`` are ignored (the path names the table; offsets
 are assigned at commit), so a DataFrame read from a txntable can be written back as is; any
 other column is refused (``SchemaMismatchError``) rather than silently lost.
@@ -79,6 +80,7 @@ from txntable.util import now_ms
 from .checkpoint import app_id_of_query, checkpoint_option, read_query_id, task_query_id
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store, open_table
+from .timeconv import floor_timestamps
 from .typedwrite import TypedWrite, plan_typed_write
 
 __all__ = [
@@ -190,8 +192,9 @@ def _as_headers(arr: pa.Array | None, n: int) -> pa.Array:
 def _as_timestamps(arr: pa.Array | None, n: int, now: int) -> pa.Array:
     if arr is None:
         return pa.array(np.full(n, now, dtype=np.int64)).cast(_SEG_TIMESTAMP)
-    # Spark sends microseconds; segments keep Kafka's milliseconds (truncated).
-    ms = arr.cast(pa.timestamp("us", tz="UTC")).cast(_SEG_TIMESTAMP, safe=False)
+    # Spark sends microseconds; segments keep Kafka's milliseconds, floored as Spark's
+    # Kafka sink floors them (-1.5 ms is -2 ms).
+    ms = floor_timestamps(arr, "ms").cast(_SEG_TIMESTAMP)
     if ms.null_count:
         ms = ms.cast(pa.int64()).fill_null(now).cast(_SEG_TIMESTAMP)
     return ms
