@@ -597,6 +597,29 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
     )
 
 
+def check_read_options(options: Mapping[str, str]) -> None:
+    """Refuse, when a read is defined (``load()``), options that neither a batch nor a
+    streaming read accepts: Spark asks a Python source for its schema then, for ``read`` and
+    ``readStream`` alike and without saying which, and creates the streaming reader only at
+    ``start()``. An option only the other kind of read takes is refused when the reader is
+    created.
+
+    Raises:
+        InvalidConfigurationError: The streaming read's error if an option only a stream
+            takes is given, else the batch read's.
+    """
+    try:
+        parse_read_options(options, streaming=False)
+    except InvalidConfigurationError as batch_error:
+        try:
+            parse_read_options(options, streaming=True)
+        except InvalidConfigurationError as stream_error:
+            only_stream = {n.lower() for n in STREAM_READ_OPTIONS - BATCH_READ_OPTIONS}
+            if any(k.lower() in only_stream for k in options):
+                raise stream_error from None
+            raise batch_error from None
+
+
 def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
     """The ``columns`` option: comma-separated column names of a typed table.
 

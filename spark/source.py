@@ -31,6 +31,7 @@ from txntable.table import Table
 
 from .options import (
     ReadOptions,
+    check_read_options,
     parse_bool,
     parse_columns,
     parse_int,
@@ -49,6 +50,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMAT_NAME = "txntable"
+
+#: Spark refuses its default save mode (ErrorIfExists) and Ignore for a Python data source
+#: before the source is asked, advising Append or Overwrite: the refusal of Overwrite says
+#: what does work, once.
+APPEND_ONLY = (
+    'a txntable is an append-only log: write with .mode("append"), the only save mode it '
+    "supports (not Overwrite, nor Spark's default ErrorIfExists, nor Ignore)"
+)
 
 
 def load_snapshot(opts: ReadOptions) -> TableSnapshot:
@@ -179,6 +188,7 @@ class TxnTableDataSource(DataSource):
         false), or a typed table's columns (only those of ``columns`` if given), then
         partition, offset and timestamp."""
         options = self._options()
+        check_read_options(options)
         layout = load_layout(options)
         columns = parse_columns(options)
         if layout is not None:
@@ -211,13 +221,15 @@ class TxnTableDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """An atomic append writer (see :mod:`txntable_spark.writer`)."""
         if overwrite:
-            raise InvalidConfigurationError("txntable supports only mode('append')")
+            raise InvalidConfigurationError(APPEND_ONLY)
         return TxnTableWriter(parse_write_options(self._options()), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """An exactly-once micro-batch writer (see :mod:`txntable_spark.writer`)."""
         if overwrite:
-            raise InvalidConfigurationError("txntable supports only outputMode('append')")
+            raise InvalidConfigurationError(
+                'a txntable is an append-only log: write the stream with outputMode("append")'
+            )
         options = self._options()
         opts = parse_write_options(options, streaming=True)
         return TxnTableStreamWriter(opts, schema, options)

@@ -125,7 +125,7 @@ def conform_timestamps(
     try:
         return pa.chunked_array([_convert(c, dst, zone) for c in column.chunks])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise SerializationError(f"column {name!r}: {e}") from None
+        raise SerializationError(f"txntable write: column {name!r}: {e}") from None
 
 
 def _is_list(t: pa.DataType) -> bool:

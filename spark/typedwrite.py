@@ -47,6 +47,9 @@ __all__ = ["TYPED_IGNORED", "TypedWrite", "plan_typed_write", "resolve_columns"]
 
 T = TypeVar("T")
 
+#: How errors of a Spark write name it (not ``send_batch``, which the user never called).
+WRITE_LABEL = "txntable write"
+
 #: Columns of a typed table's read that a write ignores (``partition`` routes the row,
 #: ``timestamp`` is its timestamp; ``offset`` is assigned at commit).
 TYPED_IGNORED = ("partition", "offset")
@@ -93,7 +96,7 @@ class TypedWrite:
             if name in schema.names:
                 column = conform_timestamps(data.column(i), schema.field(name).type, zone, name)
                 data = data.set_column(i, name, column)
-        return self.layout.conform(data, now)
+        return self.layout.conform(data, now, WRITE_LABEL)
 
     def commit_build(
         self, build: Callable[[TableSnapshot], CommitPlan[T]]

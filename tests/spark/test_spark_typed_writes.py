@@ -156,3 +156,28 @@ def test_timestamp_kinds_convert_in_the_session_time_zone(spark: Any, lake: str)
         datetime.datetime(2024, 1, 1, 5, 0, tzinfo=datetime.UTC),
         datetime.datetime(2024, 3, 10, 7, 30, tzinfo=datetime.UTC),  # 03:30 EDT, as Java
     ]
+
+
+def test_errors_speak_of_what_the_spark_user_did(spark: Any, lake: str) -> None:
+    """Write errors name the Spark write (not ``send_batch``, a Python API the user never
+    called); Overwrite's refusal says append is the only mode; options no read accepts are
+    refused at ``load()``, before the stream starts (issue 26 item 7)."""
+    wh = Warehouse(lake)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())])
+    wh.create_table("t", 1, schema=schema)
+    path = f"{lake}/t"
+    nulls = spark.createDataFrame([(1, "a"), (None, "b")], "id bigint, s string")
+    with pytest.raises(Exception, match=r"txntable write: column 'id', row \d+: null") as info:
+        nulls.write.format("txntable").mode("append").save(path)
+    assert "send_batch" not in str(info.value)
+    ok = spark.createDataFrame([(1, "a")], "id bigint, s string")
+    with pytest.raises(Exception, match="append-only") as info:
+        ok.write.format("txntable").mode("overwrite").save(path)
+    message = str(info.value)
+    assert 'mode("append"), the only save mode' in message and "ErrorIfExists" in message
+    stream = spark.readStream.format("txntable")
+    with pytest.raises(Exception, match="unknown option 'bogus'"):
+        stream.option("bogus", "1").load(path)  # at load(): no start() needed
+    with pytest.raises(Exception, match="maxOffsetsPerTrigger"):
+        spark.readStream.format("txntable").option("maxOffsetsPerTrigger", "many").load(path)
+    assert wh.table("t").snapshot().version == 0

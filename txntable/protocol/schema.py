@@ -360,13 +360,14 @@ class TypedLayout:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def conform(self, data: object, now: int) -> pa.Table:
+    def conform(self, data: object, now: int, what: str = "send_batch") -> pa.Table:
         """What ``send_batch`` was given, as segment rows (user columns cast to the schema,
         then ``timestamp``).
 
         Accepts a ``pyarrow.Table`` / ``RecordBatch``, a pandas DataFrame or a dict of
         columns. Missing nullable columns are null; ``timestamp`` (Arrow timestamp or int
-        milliseconds) is optional (absent or null: ``now``).
+        milliseconds) is optional (absent or null: ``now``). ``what`` names the caller in
+        messages (the API the user called).
 
         Raises:
             SerializationError: Not tabular, an unknown column, a missing non-nullable
@@ -376,11 +377,11 @@ class TypedLayout:
         table = _as_table(data)
         names = table.column_names
         if len(set(names)) != len(names):
-            raise SerializationError(f"send_batch: duplicate column names {names}")
+            raise SerializationError(f"{what}: duplicate column names {names}")
         unknown = [n for n in names if n not in self.schema.names and n != TIMESTAMP_COLUMN]
         if unknown:
             raise SerializationError(
-                f"send_batch: unknown column {unknown[0]!r}; the table's columns are "
+                f"{what}: unknown column {unknown[0]!r}; the table's columns are "
                 f"{self.schema.names}"
             )
         n = table.num_rows
@@ -388,11 +389,11 @@ class TypedLayout:
         for f in self.schema:
             if f.name not in names:
                 if not f.nullable:
-                    raise SerializationError(f"send_batch: column {f.name!r} is missing")
+                    raise SerializationError(f"{what}: column {f.name!r} is missing")
                 columns.append(pa.nulls(n, f.type))
                 continue
-            columns.append(_cast_column(table.column(f.name), f, "send_batch"))
-        columns.append(timestamp_column(table, n, now))
+            columns.append(_cast_column(table.column(f.name), f, what))
+        columns.append(timestamp_column(table, n, now, what))
         return fill_required(pa.Table.from_arrays(columns, schema=self.segment_schema))
 
     def checkers(self) -> dict[str, Callable[[Any], None]]:
