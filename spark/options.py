@@ -29,8 +29,8 @@ Read options (batch and streaming):
 * Streaming only, with Spark's Kafka-source semantics: ``maxOffsetsPerTrigger`` (at most this
   many offsets per micro-batch, split over partitions by backlog), ``minOffsetsPerTrigger``
   (wait until this many offsets are available, but no longer than ``maxTriggerDelay``,
-  default ``15m``, since the last micro-batch), ``maxFilesPerTrigger`` (at most this many
-  segments per micro-batch).
+  default ``15m``, since the last micro-batch or the query's first trigger),
+  ``maxFilesPerTrigger`` (at most this many segments per micro-batch).
 * ``storage.<name>``: storage options of the warehouse (``storage.s3.endpoint``, …). They are
   passed to :func:`txntable.storage.open_store` and never logged or shown in a ``repr``.
 

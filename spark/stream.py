@@ -16,7 +16,7 @@ ship :meth:`read` to executors, so nothing is loaded in ``__init__``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -78,12 +78,14 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     with ``maxTriggerDelay`` behave as in Spark's Kafka source.
     """
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, clock: Callable[[], int] = now_ms) -> None:
         self.opts = opts
         self._table: Table | None = None
         self._target: Offsets | None = None
-        #: When the last micro-batch was admitted (ms; 0: never, so the first one is not
-        #: delayed, as in Spark's Kafka source).
+        #: Milliseconds now (a parameter so tests can drive ``maxTriggerDelay``).
+        self._clock = clock
+        #: When the ``minOffsetsPerTrigger`` delay last started (ms; 0: never, so the
+        #: query's first trigger starts it, as in Spark's Kafka source).
         self._last_trigger_ms = 0
 
     # --- driver side ---------------------------------------------------------------------
@@ -163,17 +165,14 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Spark's Kafka-source admission control: min (with its delay), then the maxima."""
         opts = self.opts
         backlog = sum(available[p] - begin[p] for p in available)
-        if backlog == 0:
-            return available
-        now = now_ms()
         if (
             opts.min_offsets_per_trigger is not None
             and self._target is None  # AvailableNow must not wait for data that never comes
-            and backlog < opts.min_offsets_per_trigger
-            and now - self._last_trigger_ms < opts.max_trigger_delay_ms
+            and self._delay_batch(backlog, opts.min_offsets_per_trigger)
         ):
             return {p: begin[p] for p in available}  # no micro-batch yet
-        self._last_trigger_ms = now
+        if backlog == 0:
+            return available
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if max_rows is None:
             max_rows = opts.max_offsets_per_trigger
@@ -184,6 +183,20 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 snap, begin, available, opts.max_files_per_trigger, opts.read_committed
             )
         return available
+
+    def _delay_batch(self, backlog: int, min_offsets: int) -> bool:
+        """Whether to wait for more offsets: Spark's Kafka source (``delayBatch``) to the
+        letter. The delay restarts whenever it has run out or a batch is admitted, also on
+        a trigger with nothing to read — so a query that starts with nothing waits for its
+        first data as for any later data, instead of admitting it at once."""
+        now = self._clock()
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        if backlog < min_offsets:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         """The offsets available right now, for the query's progress report."""
