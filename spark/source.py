@@ -215,7 +215,8 @@ class TxnTableDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (see :mod:`txntable_spark.stream`); a typed table is read
-        with the schema it had when the query started."""
+        with the schema it had when the query started (a change fails the query, asking
+        for a restart)."""
         return TxnTableStreamReader(self._read_options(schema, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

@@ -29,7 +29,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable.errors import (
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+    SchemaMismatchError,
+)
+from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
 from txntable.util import now_ms
@@ -46,6 +51,7 @@ from .planning import (
     upper_bound,
 )
 from .scan import ScanPartition, open_table, read_partition
+from .schema import typed_spark_schema
 from .timepos import resolve_time_options
 
 if TYPE_CHECKING:
@@ -145,8 +151,14 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._available(self._snapshot())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """End offsets of the next micro-batch: the LSO (or HW), capped by the read limit."""
+        """End offsets of the next micro-batch: the LSO (or HW), capped by the read limit.
+
+        Raises:
+            SchemaMismatchError: A typed table's schema changed since the query started in
+                a way its rows would show (see :meth:`_check_schema`).
+        """
         snap = self._snapshot()
+        self._check_schema(snap)
         begin = decode_offsets(start)
         available = self._available(snap)
         if self._target is not None:
@@ -158,6 +170,33 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable):
             return encode_offsets(available)
         return encode_offsets(self._admit(snap, begin, available, limit))
+
+    def _check_schema(self, snap: TableSnapshot) -> None:
+        """Fail at a batch boundary when the schema the query returns is no longer the
+        table's: Spark fixes a query's schema when it starts, so an added column would go
+        missing and a widened one fail on its first value that does not fit the old type.
+        A restart reads with the new schema (Delta's streaming source fails the same way).
+        Changes to columns the query does not read are harmless and pass."""
+        started = self.opts.layout
+        current = layout_of(snap.metadata)
+        if started is None or current is None or current.schema.equals(started.schema):
+            return
+        columns = self.opts.columns
+        if typed_spark_schema(current, columns) == typed_spark_schema(started, columns):
+            return
+        old, new = started.schema, current.schema
+        changes = [f"{f.name} added" for f in new if f.name not in old.names]
+        changes += [
+            f"{f.name} {old.field(f.name).type} -> {f.type}"
+            for f in new
+            if f.name in old.names and old.field(f.name).type != f.type
+        ]
+        raise SchemaMismatchError(
+            f"the schema of table {self.opts.location.table!r} changed while this stream ran "
+            f"({', '.join(changes) or 'nullability'}); a streaming query keeps the schema it "
+            "started with: restart the query to read on with the new schema (it resumes from "
+            "its checkpoint)"
+        )
 
     def _admit(
         self, snap: TableSnapshot, begin: Offsets, available: Offsets, limit: ReadLimit
