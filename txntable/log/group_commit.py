@@ -91,6 +91,12 @@ LEASE_FORMAT_VERSION = 1
 OUTCOMES_FORMAT_VERSION = 1
 #: Lost races in a row after which a solo writer looks for (or becomes) a committer.
 ESCALATE_AFTER_CONFLICTS = 2
+#: A committer with nothing to do LISTs the intents this often at first, then less often.
+IDLE_LIST_S = 0.005
+IDLE_LIST_MAX_S = 0.05
+#: Decided intents are deleted in batches of this many keys, or at least this often.
+DELETE_BATCH = 200
+DELETE_EVERY_S = 1.0
 #: Versions the outcome record covers (the newest ones).
 OUTCOME_RECORD_VERSIONS = 64
 #: A follower reads the log instead of the record after the record moved on this many
@@ -310,6 +316,8 @@ class GroupCommit:
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
         self._pool: ThreadPoolExecutor | None = None
         self._deleting: set[str] = set()  # intent keys being deleted
+        self._to_delete: set[str] = set()  # decided intent keys not deleted yet
+        self._deleted_at = time.monotonic()
         #: The outcome record as this handle last wrote or read it: version -> {intent id:
         #: [error, message, result]}, and its etag (None: not known).
         self._record: dict[int, dict[str, list[Any]]] = {}
@@ -501,7 +509,7 @@ class GroupCommit:
 
     def _run_committer(self) -> None:
         idle_since = time.monotonic()
-        backoff = 0.001
+        backoff = IDLE_LIST_S
         listing: Future[_Listing] | None = None
         try:
             while True:
@@ -536,16 +544,18 @@ class GroupCommit:
                     backoff = min(backoff * 2, 0.1)
                     continue
                 if foreign or locals_:
-                    backoff = 0.001
+                    backoff = IDLE_LIST_S
                     if foreign:
                         idle_since = time.monotonic()
                     continue
                 if (time.monotonic() - idle_since) * 1000 >= self.cfg.idle_ms:
                     break
+                # Idle: each look for intents is a LIST; look less often the longer it lasts.
+                self._flush_deletes(force=False)
                 with self._lock:
                     if not self._queue:
                         self._wake.wait(backoff)
-                backoff = min(backoff * 2, self.cfg.poll_ms / 1000 * 2)
+                backoff = min(backoff * 2, max(IDLE_LIST_MAX_S, self.cfg.poll_ms / 1000))
         finally:
             with self._lock:
                 held, self._held = self._held, None
@@ -554,6 +564,7 @@ class GroupCommit:
                 self._queue.clear()
             for local in leftover:
                 local.settle(again=True)
+            self._flush_deletes(force=True)
             if held is not None:
                 self.lease.release(held)
 
@@ -594,8 +605,8 @@ class GroupCommit:
                         transactionalId=plan.transactional_id,
                         intents=tuple(plan.outcomes),
                     )
-                    # The next round's listing overlaps this put.
-                    if mine is None:
+                    # A busy round's next listing overlaps its put (an idle one waits).
+                    if mine is None and intents:
                         try:
                             listing = self._executor().submit(self._list_intents)
                         except RuntimeError:  # the interpreter is shutting down
@@ -743,12 +754,23 @@ class GroupCommit:
         self._delete(done)
 
     def _delete(self, keys: list[str]) -> None:
-        """Delete decided (or expired) intents in the background, each key once at a time."""
+        """Delete decided (or expired) intents: gathered, then one batch delete in the
+        background per ``DELETE_BATCH`` keys or ``DELETE_EVERY_S`` (each key once)."""
         with self._lock:
-            keys = [k for k in keys if k not in self._deleting]
+            self._to_delete.update(k for k in keys if k not in self._deleting)
+        self._flush_deletes(force=False)
+
+    def _flush_deletes(self, force: bool) -> None:
+        with self._lock:
+            due = len(self._to_delete) >= DELETE_BATCH or (
+                time.monotonic() - self._deleted_at >= DELETE_EVERY_S
+            )
+            if not self._to_delete or not (force or due):
+                return
+            keys = sorted(self._to_delete)
+            self._to_delete.clear()
             self._deleting.update(keys)
-        if not keys:
-            return
+            self._deleted_at = time.monotonic()
 
         def delete() -> None:
             try:
@@ -911,6 +933,7 @@ class GroupCommit:
             current = self.lease.read()
         self._seen = current
         self._round([], None, mine=intent)
+        self._flush_deletes(force=True)
 
 
 #: Handles whose committer thread may still run; stopped when the interpreter exits.
