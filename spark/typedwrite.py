@@ -88,7 +88,8 @@ class TypedWrite:
                         f"column {df_name!r} is not a column of the table (spark.sql."
                         f"caseSensitive is true; the table has {column!r})"
                     )
-        zone = _once(lambda: session_time_zone(data.schema))
+        given = data.schema  # Spark's labels: converted columns carry the table's zones
+        zone = _once(lambda: session_time_zone(given))
         data = data.rename_columns([renames.get(n, n) for n in data.column_names])
         data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
         schema = self.layout.segment_schema

@@ -3,12 +3,21 @@ resolution, schema merging at commit."""
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from txntable.errors import SchemaMismatchError
 from txntable.protocol.actions import AppTxn, CommitPlan, Metadata
@@ -75,3 +84,26 @@ def test_a_merge_is_re_decided_against_a_concurrent_evolution() -> None:
     # Another writer added 'qty': Qty could never be told apart from it.
     with pytest.raises(SchemaMismatchError, match="'Qty' differs from column 'qty'"):
         build(evolved_by_another_writer(pa.field("qty", pa.int64())))
+
+
+def test_the_session_zone_is_read_from_the_batch_as_spark_labelled_it() -> None:
+    """A converted column takes the table's zone label; the session zone still comes from
+    the columns as Spark sent them."""
+    ny = "America/New_York"
+    table = pa.schema([("wall", pa.timestamp("us")), ("at", pa.timestamp("us", tz="UTC"))])
+    df = StructType(
+        [StructField("wall", TimestampType()), StructField("at", TimestampNTZType())]
+    )
+    typed = plan_typed_write(TypedLayout(table), df, merge=False)
+    rows = pa.table(
+        {
+            # Converted first: afterwards no column of the batch carries New York.
+            "wall": pa.array(
+                [dt.datetime(2024, 1, 1, 5, 0, tzinfo=dt.UTC)], pa.timestamp("us", tz=ny)
+            ),
+            "at": pa.array([dt.datetime(2024, 1, 1, 0, 0)], pa.timestamp("us")),
+        }
+    )
+    got = typed.conform(rows, 0).to_pylist()[0]
+    assert got["at"] == dt.datetime(2024, 1, 1, 5, 0, tzinfo=dt.UTC)  # read in New York
+    assert got["wall"] == dt.datetime(2024, 1, 1, 0, 0)
