@@ -33,6 +33,7 @@ from txntable.util import within_timeout
 
 from .options import (
     ReadOptions,
+    check_read_options,
     parse_bool,
     parse_columns,
     parse_int,
@@ -45,12 +46,20 @@ from .scan import ScanPartition, open_table, read_partition
 from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
 from .stream import TxnTableStreamReader
 from .timepos import resolve_time_options
-from .writer import TxnTableStreamWriter, TxnTableWriter, stream_app_id
+from .writer import TxnTableStreamWriter, TxnTableWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMAT_NAME = "txntable"
+
+#: Spark refuses its default save mode (ErrorIfExists) and Ignore for a Python data source
+#: before the source is asked, advising Append or Overwrite: the refusal of Overwrite says
+#: what does work, once.
+APPEND_ONLY = (
+    'a txntable is an append-only log: write with .mode("append"), the only save mode it '
+    "supports (not Overwrite, nor Spark's default ErrorIfExists, nor Ignore)"
+)
 
 
 def load_snapshot(opts: ReadOptions) -> TableSnapshot:
@@ -195,6 +204,7 @@ class TxnTableDataSource(DataSource):
         false), or a typed table's columns (only those of ``columns`` if given), then
         partition, offset and timestamp."""
         options = self._options()
+        check_read_options(options)
         layout = load_layout(options)
         columns = parse_columns(options)
         if layout is not None:
@@ -221,22 +231,25 @@ class TxnTableDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (see :mod:`txntable_spark.stream`); a typed table is read
-        with the schema it had when the query started."""
+        with the schema it had when the query started (a change fails the query, asking
+        for a restart)."""
         return TxnTableStreamReader(self._read_options(schema, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """An atomic append writer (see :mod:`txntable_spark.writer`)."""
         if overwrite:
-            raise InvalidConfigurationError("txntable supports only mode('append')")
+            raise InvalidConfigurationError(APPEND_ONLY)
         return TxnTableWriter(parse_write_options(self._options()), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """An exactly-once micro-batch writer (see :mod:`txntable_spark.writer`)."""
         if overwrite:
-            raise InvalidConfigurationError("txntable supports only outputMode('append')")
+            raise InvalidConfigurationError(
+                'a txntable is an append-only log: write the stream with outputMode("append")'
+            )
         options = self._options()
         opts = parse_write_options(options, streaming=True)
-        return TxnTableStreamWriter(opts, schema, stream_app_id(opts, options))
+        return TxnTableStreamWriter(opts, schema, options)
 
     def _options(self) -> dict[str, Any]:
         return dict(self.options.items())

@@ -249,7 +249,9 @@ def _headers_column(table: pa.Table, n: int) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, HEADERS_TYPE)
 
 
-def timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
+def timestamp_column(
+    table: pa.Table, n: int, now: int, what: str = "send_batch"
+) -> pa.ChunkedArray:
     """A batch's ``timestamp`` column as Kafka's milliseconds (``now`` where absent or null).
 
     Raises:
@@ -270,12 +272,12 @@ def timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
         ints = column.cast(pa.int64())
     else:
         raise SerializationError(
-            f"send_batch: column 'timestamp' must be a timestamp or integer milliseconds, not {t}"
+            f"{what}: column 'timestamp' must be a timestamp or integer milliseconds, not {t}"
         )
     if ints.null_count:
         ints = ints.fill_null(now)
     if len(ints) and pc.min(ints).as_py() < 0:
-        raise SerializationError("send_batch: column 'timestamp' holds a negative timestamp")
+        raise SerializationError(f"{what}: column 'timestamp' holds a negative timestamp")
     return ints.cast(TIMESTAMP_TYPE)
 
 

@@ -311,8 +311,19 @@ def merge_schemas(table: pa.Schema, data: pa.Schema) -> pa.Schema:
     ``data`` the table lacks are added (nullable), narrower table types widened.
 
     Raises:
-        SchemaMismatchError: A column of ``data`` does not fit an allowed evolution.
+        SchemaMismatchError: A column of ``data`` does not fit an allowed evolution, or
+            differs from a column of the table only by case.
     """
+    existing = {n.lower(): n for n in table.names}
+    for d in data:
+        clash = existing.get(d.name.lower())
+        if d.name not in table.names and clash is not None:
+            # Spark resolves names case-insensitively: such a column could never be told
+            # apart from the existing one by a Spark reader or writer.
+            raise SchemaMismatchError(
+                f"schema change refused: new column {d.name!r} differs from column "
+                f"{clash!r} only by case"
+            )
     fields = []
     for f in table:
         if f.name in data.names:
@@ -387,13 +398,14 @@ class TypedLayout:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def conform(self, data: object, now: int) -> pa.Table:
+    def conform(self, data: object, now: int, what: str = "send_batch") -> pa.Table:
         """What ``send_batch`` was given, as segment rows (user columns cast to the schema,
         then ``timestamp``).
 
         Accepts a ``pyarrow.Table`` / ``RecordBatch``, a pandas DataFrame or a dict of
         columns. Missing nullable columns are null; ``timestamp`` (Arrow timestamp or int
-        milliseconds) is optional (absent or null: ``now``).
+        milliseconds) is optional (absent or null: ``now``). ``what`` names the caller in
+        messages (the API the user called).
 
         Raises:
             SerializationError: Not tabular, an unknown column, a missing non-nullable
@@ -403,11 +415,11 @@ class TypedLayout:
         table = as_arrow_table(data)
         names = table.column_names
         if len(set(names)) != len(names):
-            raise SerializationError(f"send_batch: duplicate column names {names}")
+            raise SerializationError(f"{what}: duplicate column names {names}")
         unknown = [n for n in names if n not in self.schema.names and n != TIMESTAMP_COLUMN]
         if unknown:
             raise SerializationError(
-                f"send_batch: unknown column {unknown[0]!r}; the table's columns are "
+                f"{what}: unknown column {unknown[0]!r}; the table's columns are "
                 f"{self.schema.names}"
             )
         n = table.num_rows
@@ -415,11 +427,11 @@ class TypedLayout:
         for f in self.schema:
             if f.name not in names:
                 if not f.nullable:
-                    raise SerializationError(f"send_batch: column {f.name!r} is missing")
+                    raise SerializationError(f"{what}: column {f.name!r} is missing")
                 columns.append(pa.nulls(n, f.type))
                 continue
-            columns.append(_cast_column(table.column(f.name), f, "send_batch"))
-        columns.append(timestamp_column(table, n, now))
+            columns.append(_cast_column(table.column(f.name), f, what))
+        columns.append(timestamp_column(table, n, now, what))
         return fill_required(pa.Table.from_arrays(columns, schema=self.segment_schema))
 
     def converters(self) -> dict[str, Callable[[Any], Any]]:
@@ -446,12 +458,10 @@ class TypedLayout:
         n = table.num_rows
         if not self.key_columns:
             return pa.chunked_array([pa.nulls(n, pa.binary())])
-        parts = [table.column(k).cast(pa.string()) for k in self.key_columns]
+        parts = [_key_bytes(table.column(k)) for k in self.key_columns]
         if len(parts) == 1:
-            joined = parts[0]
-        else:
-            joined = pc.binary_join_element_wise(*parts, "\x1f")
-        return joined.cast(pa.binary())
+            return parts[0]
+        return pc.binary_join_element_wise(*parts, b"\x1f")
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -578,6 +588,14 @@ def layout_of(metadata: SchemaMetadata | None) -> TypedLayout | None:
 
 
 # --- conversion helpers --------------------------------------------------------------------
+
+
+def _key_bytes(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A key column's bytes: a binary's own (any bytes, not only UTF-8), a string's UTF-8,
+    an integer's decimal text."""
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.string())
+    return column.cast(pa.binary())
 
 
 def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedArray:
