@@ -15,13 +15,13 @@ REPO = Path(__file__).resolve().parents[2]
 def run_cli(
     *args: str, stdin: bytes | None = None, timeout: float = 60, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
-    """``python -m txntable.cli.main ARGS`` from the repository root, output captured."""
+    """``python -m txntable.cli ARGS`` from the repository root, output captured."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), *filter(None, [full_env.get("PYTHONPATH")])]
     )
     return subprocess.run(
-        [sys.executable, "-m", "txntable.cli.main", *args],
+        [sys.executable, "-m", "txntable.cli", *args],
         input=stdin,
         cwd=REPO,
         env=full_env,

@@ -17,7 +17,7 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.cli.main import cli
+from txntable.cli import cli
 from txntable.structs import ConsumerGroupMetadata
 
 

@@ -346,7 +346,7 @@ def test_colour_only_on_a_terminal(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txntable.cli.main", "describe", url, "t"],
+        [sys.executable, "-m", "txntable.cli", "describe", url, "t"],
         stdout=replica, stderr=replica, env=env,
     )
     os.close(replica)

@@ -11,7 +11,7 @@ import pyarrow as pa
 from click.testing import CliRunner, Result
 
 from txntable import Warehouse
-from txntable.cli.main import cli
+from txntable.cli import cli
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},
