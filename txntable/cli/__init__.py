@@ -14,6 +14,9 @@ message on stderr) or a recovery that failed for some transactional id; 2 bad us
 
 from __future__ import annotations
 
+import io
+import os
+import sys
 from typing import Any
 
 import click
@@ -26,12 +29,30 @@ from txntable.errors import TxnTableError
 __all__ = ["cli", "main"]
 
 
+#: Exit status when the reader of stdout went away (``consume | head``): a shell's status
+#: for a command killed by SIGPIPE, which is how Unix tools stop there.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def _stdout_gone() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit fails no more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # not a file descriptor (a test's captured stdout): nothing left to flush
+
+
 class _Group(click.Group):
-    """Turns library errors into one line on stderr and exit status 1."""
+    """Turns library errors into one line on stderr and exit status 1, and a closed stdout
+    into a quiet stop."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            _stdout_gone()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except TxnTableError as e:
             click.echo(f"txntable: {type(e).__name__}: {e}", err=True)
             ctx.exit(1)

@@ -9,13 +9,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from txntable.cli.context import fail, open_warehouse, warehouse_argument
 from txntable.cli.records import ENCODINGS, encode_bytes, value_to_json
 from txntable.structs import READ_COMMITTED, READ_UNCOMMITTED
 
 if TYPE_CHECKING:
-    from txntable.structs import ConsumerRecord
+    from txntable.consumer import Consumer
+    from txntable.structs import ConsumerRecord, TopicPartition
 
 
 def _start_option(value: str | None) -> str | int | None:
@@ -45,7 +47,7 @@ def _typed_printer(r: ConsumerRecord) -> None:
     assert isinstance(r.value, dict)
     row = {k: value_to_json(v) for k, v in r.value.items()}
     row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
-    click.echo(json.dumps(row, ensure_ascii=False))
+    click.echo(json.dumps(row, ensure_ascii=False, allow_nan=False))
 
 
 def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]:
@@ -97,6 +99,62 @@ def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]
 
 def _done(position: int, stop: int | None) -> bool:
     return stop is not None and position >= stop
+
+
+def _print_records(
+    consumer: Consumer,
+    tps: list[TopicPartition],
+    stop: dict[TopicPartition, int | None],
+    printer: Callable[[ConsumerRecord], None],
+    max_records: int | None,
+    follow: bool,
+    idle_timeout_ms: int | None,
+) -> tuple[int, dict[TopicPartition, int]]:
+    """Poll and print until every partition reached its stop offset, ``max_records`` were
+    printed, the idle timeout passed (``follow``) or Ctrl-C; return the count and the
+    position reached on each partition (what a group commits)."""
+    count = 0
+    reached: dict[TopicPartition, int] = {}
+    idle_since = time.monotonic()
+    stalled = 0
+    active = list(tps)
+    try:
+        while max_records is None or count < max_records:
+            active = [tp for tp in active if not _done(consumer.position(tp), stop[tp])]
+            if not active:
+                break
+            if set(active) != consumer.assignment():
+                consumer.assign(active)  # keeps positions; finished partitions are not fetched
+            before = {tp: consumer.position(tp) for tp in active}
+            limit = None if max_records is None else max_records - count
+            polled = consumer.poll(timeout_ms=200 if follow else 100, max_records=limit)
+            for tp in active:
+                records = polled.get(tp, [])
+                bound = stop[tp]
+                shown = [r for r in records if bound is None or r.offset < bound]
+                for r in shown:
+                    printer(r)
+                count += len(shown)
+                # What to commit: the position (past markers and aborted data too), or the
+                # stop offset when records at or past it were held back.
+                reached[tp] = consumer.position(tp) if len(shown) == len(records) else bound or 0
+            if polled:
+                idle_since = time.monotonic()
+            if follow:
+                if idle_timeout_ms is not None and not polled:
+                    if (time.monotonic() - idle_since) * 1000 >= idle_timeout_ms:
+                        break
+            elif not polled and all(consumer.position(tp) == before[tp] for tp in active):
+                stalled += 1  # the end offsets were taken at the start: this never lasts
+                if stalled >= 50:
+                    click.echo("txntable: no progress towards the end offsets; stopping", err=True)
+                    break
+            else:
+                stalled = 0
+    except KeyboardInterrupt:
+        pass
+    sys.stdout.flush()
+    return count, reached
 
 
 @click.command()
@@ -181,6 +239,11 @@ def consume(
     from txntable.consumer import Consumer
     from txntable.structs import OffsetAndMetadata, TopicPartition
 
+    ctx = click.get_current_context()
+    if idle_timeout_ms is not None and not follow:
+        raise click.UsageError("--idle-timeout-ms applies to --follow")
+    if ctx.get_parameter_source("commit") is ParameterSource.COMMANDLINE and group is None:
+        raise click.UsageError("--commit/--no-commit apply to --group")
     begin = _start_option(start)
     if as_json:
         fmt = "json"
@@ -203,51 +266,15 @@ def consume(
         for tp, end in consumer.end_offsets(tps).items():
             stop[tp] = end if until is None else min(until, end)
     printer = _typed_printer if handle.layout is not None else _record_printer(fmt, encoding)
-    count = 0
-    reached: dict[TopicPartition, int] = {}
-    idle_since = time.monotonic()
-    stalled = 0
-    active = list(tps)
     try:
-        while max_records is None or count < max_records:
-            active = [tp for tp in active if not _done(consumer.position(tp), stop[tp])]
-            if not active:
-                break
-            if set(active) != consumer.assignment():
-                consumer.assign(active)  # keeps positions; finished partitions are not fetched
-            before = {tp: consumer.position(tp) for tp in active}
-            limit = None if max_records is None else max_records - count
-            polled = consumer.poll(timeout_ms=200 if follow else 100, max_records=limit)
-            for tp in active:
-                records = polled.get(tp, [])
-                bound = stop[tp]
-                shown = [r for r in records if bound is None or r.offset < bound]
-                for r in shown:
-                    printer(r)
-                count += len(shown)
-                # What to commit: the position (past markers and aborted data too), or the
-                # stop offset when records at or past it were held back.
-                reached[tp] = consumer.position(tp) if len(shown) == len(records) else bound or 0
-            if polled:
-                idle_since = time.monotonic()
-            if follow:
-                if idle_timeout_ms is not None and not polled:
-                    if (time.monotonic() - idle_since) * 1000 >= idle_timeout_ms:
-                        break
-            elif not polled and all(consumer.position(tp) == before[tp] for tp in active):
-                stalled += 1  # the end offsets were taken at the start: this never lasts
-                if stalled >= 50:
-                    click.echo("txntable: no progress towards the end offsets; stopping", err=True)
-                    break
-            else:
-                stalled = 0
-    except KeyboardInterrupt:
-        pass
+        count, reached = _print_records(consumer, tps, stop, printer, max_records, follow,
+                                        idle_timeout_ms)  # fmt: skip
+        if group is not None and commit and reached:
+            consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in sorted(reached.items())})
     finally:
-        sys.stdout.flush()
-    if group is not None and commit and reached:
-        consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in sorted(reached.items())})
-    consumer.close()
+        # Also when stdout closed (``| head``): leave without committing what the reader
+        # may not have read.
+        consumer.close()
     click.echo(f"Processed {count} record(s)", err=True)
 
 

@@ -3,6 +3,7 @@ warehouse; the options several commands take; the CLI's own error."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -60,17 +61,37 @@ def text_output() -> TextOutput:
     return out
 
 
-def open_warehouse(url: str, options: dict[str, str]) -> Warehouse:
-    """The warehouse at ``url`` with the storage options given before and after the command."""
+def open_warehouse(url: str, options: dict[str, str], must_exist: bool = True) -> Warehouse:
+    """The warehouse at ``url`` with the storage options given before and after the command.
+
+    Args:
+        must_exist: Stop if the warehouse's directory (or bucket) does not exist: a
+            command that only reads would otherwise find nothing and report success.
+    """
+    from txntable.storage.local import LocalStore
+    from txntable.storage.memory import MemoryStore
     from txntable.warehouse import Warehouse
 
     state = current()
     # Options go to the library unfiltered: it validates them (and names unknown keys).
-    return Warehouse(
+    wh = Warehouse(
         url,
         storage_options={**state.options, **options},
         finish_stuck_transactions=not state.read_only,
     )
+    if isinstance(wh.store, MemoryStore):
+        raise click.BadParameter(
+            "a memory:// warehouse lives inside one process and is gone when the command "
+            "ends; use a directory or s3://",
+            param_hint="WAREHOUSE",
+        )
+    if must_exist:
+        if isinstance(wh.store, LocalStore):
+            if not os.path.isdir(wh.store.root):
+                fail(f"no warehouse at {url}: directory {wh.store.root} does not exist")
+        else:
+            wh.store.check_root()  # a missing bucket
+    return wh
 
 
 class CliError(click.ClickException):

@@ -233,8 +233,8 @@ class Output(ABC):
         """``txns``: one row per transactional id."""
 
     @abstractmethod
-    def groups(self, found: list[GroupDescription]) -> None:
-        """``groups``."""
+    def groups(self, found: list[GroupDescription], errors: Mapping[str, str]) -> None:
+        """``groups``: the groups described, and why the others could not be read."""
 
     @abstractmethod
     def recovered(self, report: RecoveryReport) -> None:
@@ -298,9 +298,10 @@ class JsonOutput(Output):
     def transactions(self, rows: list[dict[str, Any]]) -> None:
         self._print(rows)
 
-    def groups(self, found: list[GroupDescription]) -> None:
-        self._print(
-            [
+    def groups(self, found: list[GroupDescription], errors: Mapping[str, str]) -> None:
+        rows: list[dict[str, Any]] = [{"group_id": g, "error": e} for g, e in errors.items()]
+        for d in found:
+            rows.append(
                 {
                     "group_id": d.group_id,
                     "version": d.version,
@@ -317,9 +318,8 @@ class JsonOutput(Output):
                         for m in d.members
                     ],
                 }
-                for d in found
-            ]
-        )
+            )
+        self._print(sorted(rows, key=lambda row: row["group_id"]))
 
     def recovered(self, report: RecoveryReport) -> None:
         self._print(asdict(report))
@@ -515,7 +515,7 @@ class TextOutput(Output):
             )
         self.print_table(t)
 
-    def groups(self, found: list[GroupDescription]) -> None:
+    def groups(self, found: list[GroupDescription], errors: Mapping[str, str]) -> None:
         from txntable.util import now_ms
 
         now = now_ms()
@@ -550,6 +550,8 @@ class TextOutput(Output):
             self.print_table(mt)
         columns = ["GROUP", "TABLE", "PARTITION", "OFFSET", "LSO", "HW", "LAG", "PENDING"]
         t = self.table(*columns, *(["MEMBER"] if with_members else []))
+        for group_id, error in errors.items():
+            t.add_row(_text(group_id), _text(error, "red"))
         for d in found:
             for o in d.offsets:
                 t.add_row(

@@ -11,6 +11,7 @@ import base64
 import binascii
 import datetime
 import decimal
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from txntable.protocol.schema import TypedLayout
 
 ENCODINGS = ("utf-8", "base64", "hex")
+#: Floats JSON has no number for, as text (the names of JavaScript, Protocol Buffers'
+#: JSON mapping and Spark's JSON reader).
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def decode_text(text: str, encoding: str, what: str) -> bytes:
@@ -62,6 +66,8 @@ def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes
         if t.tz is not None and parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=datetime.UTC)
         return parsed
+    if pa_types.is_floating(t) and isinstance(v, str) and v in NON_FINITE:
+        return NON_FINITE[v]
     if pa_types.is_decimal(t) and isinstance(v, str | int | float) and not isinstance(v, bool):
         return decimal.Decimal(str(v))
     if pa_types.is_list(t) and isinstance(v, list):
@@ -105,6 +111,8 @@ def record_from_json(
 def value_to_json(v: Any) -> Any:
     """A value read from a typed table as JSON (dates and timestamps as ISO-8601,
     decimals as text, binary as its base64 — the CLI's output)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, datetime.date | datetime.datetime):
         return v.isoformat()
     if isinstance(v, decimal.Decimal):

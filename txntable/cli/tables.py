@@ -63,7 +63,7 @@ def create(
     from txntable.errors import TableExistsError
 
     schema = parse_schema_option(schema_json) if schema_json is not None else None
-    wh = open_warehouse(warehouse, options)
+    wh = open_warehouse(warehouse, options, must_exist=False)  # the first table makes it
     try:
         created = wh.create_table(
             table,
