@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from click.testing import CliRunner, Result
 
-from txntable import Warehouse
+from txntable import Producer, Warehouse
 from txntable.cli import cli
 
 SCHEMA = [
@@ -70,7 +71,8 @@ def test_create_describe_produce_consume(tmp_path: Path) -> None:
     stdin = "\n".join(json.dumps(x) for x in lines) + "\n"
     out = json.loads(ok("produce", lake, "orders", "--encoding", "base64", "--json", stdin=stdin))
     assert out["records"] == 2
-    printed = [json.loads(x) for x in ok("consume", lake, "orders").splitlines()]
+    consumed = ok("consume", lake, "orders", "--encoding", "base64")
+    printed = [json.loads(x) for x in consumed.splitlines()]
     by_id = {r["id"]: r for r in printed}
     assert by_id[1] == {
         "id": 1, "name": "a", "price": "1.25", "day": "2024-02-29",
@@ -90,3 +92,69 @@ def test_a_bad_line_aborts_the_transaction(tmp_path: Path) -> None:
     assert Warehouse(lake).table("t").scan().to_arrow().num_rows == 0
     bad = invoke("create", lake, "u", "--schema", '[{"name": "a", "type": "uint8"}]')
     assert bad.exit_code != 0 and "not allowed" in bad.stderr
+
+
+ROUND_TRIP = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("blob", pa.binary()),
+        ("by_number", pa.map_(pa.int32(), pa.string())),
+        ("by_bytes", pa.map_(pa.binary(), pa.float32())),
+        ("nested", pa.struct([("raw", pa.list_(pa.binary())), ("x", pa.float64())])),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "blob"), [("utf-8", "é and ☃".encode()), ("base64", b"\x00\xff"), ("hex", b"\x80")]
+)
+def test_consume_then_produce_copies_a_typed_table_exactly(
+    tmp_path: Path, encoding: str, blob: bytes
+) -> None:
+    lake = str(tmp_path / "lake")
+    wh = Warehouse(lake)
+    for name in ("src", "dst"):
+        wh.create_table(name, partitions=2, schema=ROUND_TRIP)
+    rows = [
+        {"id": 1, "blob": blob, "by_number": [(7, "seven"), (-1, None)],
+         "by_bytes": [(blob, 0.5)], "nested": {"raw": [blob, None], "x": float("inf")}},
+        {"id": 2, "blob": b"hi", "by_number": [], "by_bytes": None, "nested": None},
+        {"id": 3},
+    ]  # fmt: skip
+    with Producer(wh) as p:
+        for row in rows:
+            p.send("src", row, partition=row["id"] % 2)
+    printed = ok("consume", lake, "src", "--encoding", encoding)
+    ok("produce", lake, "dst", "--encoding", encoding, stdin=printed)
+    assert ok("consume", lake, "dst", "--encoding", encoding) == printed
+
+    def table(name: str) -> list[dict[str, object]]:
+        return wh.table(name).scan().to_arrow().drop_columns(["timestamp"]).to_pylist()
+
+    assert table("dst") == table("src")
+    assert len(table("src")) == 3
+
+
+def test_consume_of_a_typed_table_honours_encoding_and_refuses_other_formats(
+    tmp_path: Path,
+) -> None:
+    lake = str(tmp_path / "lake")
+    wh = Warehouse(lake)
+    wh.create_table("t", schema=ROUND_TRIP.remove(4).remove(3).remove(2))
+    with Producer(wh) as p:
+        p.send("t", {"id": 1, "blob": b"\xff"})
+    (line,) = ok("consume", lake, "t", "--encoding", "hex").splitlines()
+    assert json.loads(line)["blob"] == "ff"
+    not_utf8 = invoke("consume", lake, "t")
+    assert not_utf8.exit_code == 1
+    assert not_utf8.stderr == (
+        "txntable: column 'blob' of t-0@0 is not UTF-8; use --encoding base64 or hex\n"
+    )
+    for fmt in ("text", "value"):
+        refused = invoke("consume", lake, "t", "--format", fmt)
+        assert refused.exit_code == 2
+        assert f"a typed table prints JSON lines of its columns: --format {fmt} does not " \
+            "apply" in refused.stderr
+    assert invoke("consume", lake, "t", "--format", "json", "--encoding", "hex").exit_code == 0
+    lines = invoke("produce", lake, "t", "--format", "lines", stdin='{"id": 2}\n')
+    assert lines.exit_code == 2 and "--format lines" in lines.stderr

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import click
@@ -17,6 +18,7 @@ from txntable.structs import READ_COMMITTED, READ_UNCOMMITTED
 
 if TYPE_CHECKING:
     from txntable.consumer import Consumer
+    from txntable.protocol.schema import TypedLayout
     from txntable.structs import ConsumerRecord, TopicPartition
 
 
@@ -41,13 +43,28 @@ def _encoded(data: bytes | None, encoding: str, where: str) -> str | None:
         fail(str(e))
 
 
-def _typed_printer(r: ConsumerRecord) -> None:
-    """A typed table's record as one JSON line: its columns, then partition, offset and
-    timestamp (what ``produce`` reads back)."""
-    assert isinstance(r.value, dict)
-    row = {k: value_to_json(v) for k, v in r.value.items()}
-    row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
-    click.echo(json.dumps(row, ensure_ascii=False, allow_nan=False))
+def _binary_text(encoding: str, where: str, data: bytes) -> str:
+    return encode_bytes(data, encoding, where) or ""
+
+
+def _typed_printer(layout: TypedLayout, encoding: str) -> Callable[[ConsumerRecord], None]:
+    """A typed table's record as one JSON line: its columns (binary values in ``encoding``),
+    then partition, offset and timestamp — what ``produce --encoding`` reads back."""
+    types = {f.name: f.type for f in layout.schema}
+
+    def show(r: ConsumerRecord) -> None:
+        assert isinstance(r.value, dict)
+        row = {}
+        for name, v in r.value.items():
+            where = f"column {name!r} of {r.topic}-{r.partition}@{r.offset}"
+            try:
+                row[name] = value_to_json(v, types[name], partial(_binary_text, encoding, where))
+            except ValueError as e:
+                fail(str(e))
+        row.update(partition=r.partition, offset=r.offset, timestamp=r.timestamp)
+        click.echo(json.dumps(row, ensure_ascii=False, allow_nan=False))
+
+    return show
 
 
 def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]:
@@ -207,7 +224,7 @@ def _print_records(
     default="text",
     show_default=True,
     help="text: partition, offset, key and value, tab-separated; value: values only; "
-    "json: one object per line.",
+    "json: one object per line. A typed table prints JSON lines of its columns.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
@@ -215,7 +232,8 @@ def _print_records(
     type=click.Choice(ENCODINGS),
     default="utf-8",
     show_default=True,
-    help="How keys and values are printed.",
+    help="How keys and values (a typed table's binary values) are printed; produce reads "
+    "them back with the same --encoding.",
 )
 def consume(
     warehouse: str,
@@ -265,7 +283,14 @@ def consume(
     if not follow:
         for tp, end in consumer.end_offsets(tps).items():
             stop[tp] = end if until is None else min(until, end)
-    printer = _typed_printer if handle.layout is not None else _record_printer(fmt, encoding)
+    layout = handle.layout
+    if layout is not None and fmt != "json" and (
+        ctx.get_parameter_source("fmt") is ParameterSource.COMMANDLINE
+    ):
+        raise click.UsageError(
+            f"a typed table prints JSON lines of its columns: --format {fmt} does not apply"
+        )
+    printer = _typed_printer(layout, encoding) if layout else _record_printer(fmt, encoding)
     try:
         count, reached = _print_records(consumer, tps, stop, printer, max_records, follow,
                                         idle_timeout_ms)  # fmt: skip

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from txntable.cli.context import (
     fail,
@@ -228,7 +229,7 @@ def _summary(
     type=click.Choice(ENCODINGS),
     default="utf-8",
     show_default=True,
-    help="How keys and values are written in the input.",
+    help="How keys and values (a typed table's binary values) are written in the input.",
 )
 @json_option
 def produce(
@@ -257,10 +258,14 @@ def produce(
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     wh = open_warehouse(warehouse, options)
     layout = wh.table(table).layout  # fail fast, before reading any input
-    if layout is not None and (key_separator is not None or headers):
+    explicit_lines = (
+        fmt == "lines"
+        and click.get_current_context().get_parameter_source("fmt") is ParameterSource.COMMANDLINE
+    )
+    if layout is not None and (key_separator is not None or headers or explicit_lines):
         raise click.UsageError(
-            "a typed table reads JSON objects of its columns: --key-separator and --header "
-            "do not apply"
+            "a typed table reads JSON objects of its columns: --format lines, "
+            "--key-separator and --header do not apply"
         )
     common = [(k, v.encode()) for k, v in headers.items()]
     sep = key_separator.encode() if key_separator is not None else None

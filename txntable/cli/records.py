@@ -11,6 +11,7 @@ import base64
 import binascii
 import datetime
 import decimal
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,11 +43,12 @@ def decode_text(text: str, encoding: str, what: str) -> bytes:
     return text.encode()
 
 
-
 def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes]) -> Any:
     """A JSON value as the Python value ``send`` takes for type ``t``: ISO-8601 text for
     dates and timestamps (or integers of the unit), text or numbers for decimals, text in
-    the CLI's encoding for binary; lists, objects and ``null`` as they are.
+    the CLI's encoding for binary, ``"NaN"``/``"Infinity"``/``"-Infinity"`` for floats, an
+    object (keys as text) or a list of pairs for a map; lists, objects and ``null`` as they
+    are.
 
     Raises:
         ValueError: A value that cannot be read as ``t``.
@@ -74,10 +76,20 @@ def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes
         return [value_from_json(x, t.value_type, decode_binary) for x in v]
     if pa_types.is_map(t) and isinstance(v, dict):
         return [
-            (value_from_json(k, t.key_type, decode_binary),
+            (_key_from_text(k, t.key_type, decode_binary),
              value_from_json(x, t.item_type, decode_binary))
             for k, x in v.items()
         ]  # fmt: skip
+    if pa_types.is_map(t) and isinstance(v, list):
+        pairs = []
+        for pair in v:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError(f"a map entry is a [key, value] pair, not {pair!r:.40}")
+            pairs.append(
+                (value_from_json(pair[0], t.key_type, decode_binary),
+                 value_from_json(pair[1], t.item_type, decode_binary))
+            )  # fmt: skip
+        return pairs
     if pa_types.is_struct(t) and isinstance(v, dict):
         fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
         return {
@@ -85,6 +97,29 @@ def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes
             for k, x in v.items()
         }
     return v
+
+
+def _key_from_text(text: str, t: pa.DataType, decode_binary: Callable[[str], bytes]) -> Any:
+    """A map key written as a JSON object's key (always text) as a value of type ``t``."""
+    from pyarrow import types as pa_types
+
+    if pa_types.is_integer(t):
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"map key {text!r} is not an integer") from None
+    if pa_types.is_floating(t):
+        if text in NON_FINITE:
+            return NON_FINITE[text]
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"map key {text!r} is not a number") from None
+    if pa_types.is_boolean(t):
+        if text not in ("true", "false"):
+            raise ValueError(f"map key {text!r} is not true or false")
+        return text == "true"
+    return value_from_json(text, t, decode_binary)
 
 
 def record_from_json(
@@ -108,9 +143,19 @@ def record_from_json(
     return out
 
 
-def value_to_json(v: Any) -> Any:
-    """A value read from a typed table as JSON (dates and timestamps as ISO-8601,
-    decimals as text, binary as its base64 — the CLI's output)."""
+def value_to_json(v: Any, t: pa.DataType, encode_binary: Callable[[bytes], str]) -> Any:
+    """A value of type ``t`` read from a typed table as JSON, what :func:`value_from_json`
+    reads back as the same value: dates and timestamps as ISO-8601, decimals as text,
+    binary in the CLI's encoding, non-finite floats as text, a map as an object whose keys
+    are the keys' text.
+
+    Raises:
+        ValueError: ``encode_binary`` could not write a binary value.
+    """
+    from pyarrow import types as pa_types
+
+    if v is None:
+        return None
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, datetime.date | datetime.datetime):
@@ -118,14 +163,25 @@ def value_to_json(v: Any) -> Any:
     if isinstance(v, decimal.Decimal):
         return str(v)
     if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if isinstance(v, list):
-        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):  # a map's pairs
-            return {str(k): value_to_json(x) for k, x in v}
-        return [value_to_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: value_to_json(x) for k, x in v.items()}
+        return encode_binary(v)
+    if pa_types.is_map(t):
+        return {
+            _key_text(value_to_json(k, t.key_type, encode_binary)):
+                value_to_json(x, t.item_type, encode_binary)
+            for k, x in v
+        }  # fmt: skip
+    if pa_types.is_list(t):
+        return [value_to_json(x, t.value_type, encode_binary) for x in v]
+    if pa_types.is_struct(t):
+        types = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+        return {k: value_to_json(x, types[k], encode_binary) for k, x in v.items()}
     return v
+
+
+def _key_text(key: Any) -> str:
+    """A map key's JSON value as an object key: text as it is, numbers and booleans as
+    their JSON."""
+    return key if isinstance(key, str) else json.dumps(key)
 
 
 def encode_bytes(data: bytes | None, encoding: str, where: str) -> str | None:
