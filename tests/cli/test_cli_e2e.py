@@ -89,7 +89,8 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     )
     assert [p.high_watermark for p in wh.table("orders").describe().partitions] == [4, 2]
 
-    # consume in a group (commits its position), then the group's offsets and lag
+    # consume in a group (joins it: generation 1; commits its position; leaves: generation
+    # 2), then the group's offsets and lag
     proc = run_cli("consume", url, "orders", "--json", "--group", "g1")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
@@ -112,19 +113,19 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     described_group = wh.describe_group("g1")
     assert described_group is not None
     commit_ts = described_group.offsets[0].commit_timestamp
-    position = {"metadata": "", "generation": -1, "commit_timestamp": commit_ts,
+    position = {"metadata": "", "generation": 1, "commit_timestamp": commit_ts,
                 "pending_producer_id": None, "log_start_offset": 0, "lag": 0}
     assert ok_json("groups", url, "--json") == [
         {
             "group_id": "g1",
-            "version": 1,
+            "version": 2,  # the fence of generation 1, then the commit
             "offsets": [
                 {"table": "orders", "partition": 0, "offset": 4, **position,
                  "high_watermark": 4, "last_stable_offset": 4},
                 {"table": "orders", "partition": 1, "offset": 2, **position,
                  "high_watermark": 2, "last_stable_offset": 2},
             ],
-            "generation": 0,
+            "generation": 2,
             "assignor": None,
             "members": [],
         }
@@ -226,7 +227,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
             {"name": "orders", "version": 4, "start_version": 0, "versions_checked": 5,
              "checkpoints_checked": 1, "segments_checked": 4, "ok": True, "errors": [],
              "warnings": []},
-            {"name": "_groups/g1", "version": 1, "start_version": 0, "versions_checked": 2,
+            {"name": "_groups/g1", "version": 2, "start_version": 0, "versions_checked": 3,
              "checkpoints_checked": 0, "segments_checked": 0, "ok": True, "errors": [],
              "warnings": []},
         ],

@@ -114,64 +114,92 @@ def _record_printer(fmt: str, encoding: str) -> Callable[[ConsumerRecord], None]
     return show_text
 
 
-def _done(position: int, stop: int | None) -> bool:
-    return stop is not None and position >= stop
+class _Reader:
+    """Polls and prints until every partition it reads reached its stop offset,
+    ``max_records`` were printed, the idle timeout passed (``follow``) or Ctrl-C.
 
+    A partition that reached its stop is paused, its position set back to the stop if a
+    poll went past it: positions are always what was printed, so a group commits exactly
+    that. In a group, the end is reached only once the group is stable (every member has
+    its partitions), or a rebalance could still hand this consumer more.
+    """
 
-def _print_records(
-    consumer: Consumer,
-    tps: list[TopicPartition],
-    stop: dict[TopicPartition, int | None],
-    printer: Callable[[ConsumerRecord], None],
-    max_records: int | None,
-    follow: bool,
-    idle_timeout_ms: int | None,
-) -> tuple[int, dict[TopicPartition, int]]:
-    """Poll and print until every partition reached its stop offset, ``max_records`` were
-    printed, the idle timeout passed (``follow``) or Ctrl-C; return the count and the
-    position reached on each partition (what a group commits)."""
-    count = 0
-    reached: dict[TopicPartition, int] = {}
-    idle_since = time.monotonic()
-    stalled = 0
-    active = list(tps)
-    try:
-        while max_records is None or count < max_records:
-            active = [tp for tp in active if not _done(consumer.position(tp), stop[tp])]
-            if not active:
-                break
-            if set(active) != consumer.assignment():
-                consumer.assign(active)  # keeps positions; finished partitions are not fetched
-            before = {tp: consumer.position(tp) for tp in active}
-            limit = None if max_records is None else max_records - count
-            polled = consumer.poll(timeout_ms=200 if follow else 100, max_records=limit)
-            for tp in active:
-                records = polled.get(tp, [])
-                bound = stop[tp]
-                shown = [r for r in records if bound is None or r.offset < bound]
-                for r in shown:
-                    printer(r)
-                count += len(shown)
-                # What to commit: the position (past markers and aborted data too), or the
-                # stop offset when records at or past it were held back.
-                reached[tp] = consumer.position(tp) if len(shown) == len(records) else bound or 0
-            if polled:
-                idle_since = time.monotonic()
-            if follow:
-                if idle_timeout_ms is not None and not polled:
-                    if (time.monotonic() - idle_since) * 1000 >= idle_timeout_ms:
-                        break
-            elif not polled and all(consumer.position(tp) == before[tp] for tp in active):
-                stalled += 1  # the end offsets were taken at the start: this never lasts
-                if stalled >= 50:
-                    click.echo("txntable: no progress towards the end offsets; stopping", err=True)
+    def __init__(
+        self,
+        consumer: Consumer,
+        stop: dict[TopicPartition, int | None],
+        printer: Callable[[ConsumerRecord], None],
+        max_records: int | None,
+        follow: bool,
+        idle_timeout_ms: int | None,
+    ) -> None:
+        self.consumer = consumer
+        self.stop = stop
+        self.printer = printer
+        self.max_records = max_records
+        self.follow = follow
+        self.idle_timeout_ms = idle_timeout_ms
+        self.count = 0
+
+    def _finished(self, tp: TopicPartition) -> bool:
+        bound = self.stop.get(tp)
+        return bound is not None and self.consumer.position(tp) >= bound
+
+    def _group_settled(self) -> bool:
+        """Whether this member holds the partitions of the group's stable generation."""
+        from txntable.groups.member import load_group
+        from txntable.groups.state import stable
+
+        c = self.consumer
+        assert c.group_id is not None
+        state, _ = load_group(c.warehouse.store, c.group_id)
+        return stable(state) and state.generation == c.group_metadata().generation_id
+
+    def run(self) -> None:
+        c = self.consumer
+        idle_since = time.monotonic()
+        stalled = 0
+        subscribed = bool(c.subscription())
+        # Without a stop offset (--follow without --until), only Ctrl-C or the idle timeout
+        # end it, also while the group gives this member nothing.
+        bounded = all(bound is not None for bound in self.stop.values())
+        try:
+            while self.max_records is None or self.count < self.max_records:
+                assigned = c.assignment()
+                done = {tp for tp in assigned if self._finished(tp)}
+                if done - c.paused():
+                    c.pause(done)  # fetched no more
+                active = assigned - done
+                if not active and bounded and (not subscribed or self._group_settled()):
                     break
-            else:
-                stalled = 0
-    except KeyboardInterrupt:
-        pass
-    sys.stdout.flush()
-    return count, reached
+                before = {tp: c.position(tp) for tp in active}
+                limit = None if self.max_records is None else self.max_records - self.count
+                polled = c.poll(timeout_ms=200 if self.follow else 100, max_records=limit)
+                for tp, records in polled.items():
+                    bound = self.stop.get(tp)
+                    for r in records:
+                        if bound is not None and r.offset >= bound:
+                            c.seek(tp, bound)  # what was not printed is not consumed
+                            break
+                        self.printer(r)
+                        self.count += 1
+                if polled:
+                    idle_since = time.monotonic()
+                    stalled = 0
+                if self.follow:
+                    if self.idle_timeout_ms is not None and not polled:
+                        if (time.monotonic() - idle_since) * 1000 >= self.idle_timeout_ms:
+                            break
+                elif active and not polled and all(c.position(tp) == before[tp] for tp in active):
+                    stalled += 1  # the end offsets were taken at the start: this never lasts
+                    if stalled >= 50:
+                        click.echo(
+                            "txntable: no progress towards the end offsets; stopping", err=True
+                        )
+                        break
+        except KeyboardInterrupt:
+            pass
+        sys.stdout.flush()
 
 
 @click.command()
@@ -185,8 +213,8 @@ def _print_records(
     "--from",
     "start",
     metavar="earliest|latest|OFFSET",
-    help="Where to start on every partition. Default: the group's committed offset with "
-    "--group, else earliest.",
+    help="Where to start on every partition [default: earliest]. With --group: where to start "
+    "on a partition the group has no committed offset for.",
 )
 @click.option(
     "--until",
@@ -210,12 +238,18 @@ def _print_records(
     default=READ_COMMITTED,
     show_default=True,
 )
-@click.option("-g", "--group", help="Consumer group: start from its committed offsets.")
+@click.option(
+    "-g",
+    "--group",
+    help="Join this consumer group (as kafka-console-consumer): read the partitions the group "
+    "assigns, from its committed offsets.",
+)
 @click.option(
     "--commit/--no-commit",
     default=True,
     show_default=True,
-    help="With --group: commit the position reached when done.",
+    help="With --group: commit what was printed (every 5 s, when partitions move to another "
+    "member, and at the end).",
 )
 @click.option(
     "--format",
@@ -255,7 +289,7 @@ def consume(
     """Print the records of TABLE: a range (to the end offsets as of the start, by default)
     or, with --follow, new records as they are committed."""
     from txntable.consumer import Consumer
-    from txntable.structs import OffsetAndMetadata, TopicPartition
+    from txntable.structs import TopicPartition
 
     ctx = click.get_current_context()
     if idle_timeout_ms is not None and not follow:
@@ -263,26 +297,19 @@ def consume(
     if ctx.get_parameter_source("commit") is ParameterSource.COMMANDLINE and group is None:
         raise click.UsageError("--commit/--no-commit apply to --group")
     begin = _start_option(start)
+    if group is not None and partitions:
+        raise click.UsageError(
+            "--group joins the group, which assigns the partitions: --partition does not apply"
+        )
+    if group is not None and isinstance(begin, int):
+        raise click.UsageError(
+            "--from OFFSET applies without --group (a group member starts from the group's "
+            "committed offsets, or with --from earliest|latest where there is none)"
+        )
     if as_json:
         fmt = "json"
     wh = open_warehouse(warehouse, options)
     handle = wh.table(table)
-    tps = [TopicPartition(table, p) for p in (partitions or range(handle.num_partitions))]
-    consumer = Consumer(
-        wh, isolation_level=isolation_level, group_id=group, auto_offset_reset="earliest"
-    )
-    consumer.assign(tps)
-    if begin == "earliest" or (begin is None and group is None):
-        consumer.seek_to_beginning()
-    elif begin == "latest":
-        consumer.seek_to_end()
-    elif isinstance(begin, int):
-        for tp in tps:
-            consumer.seek(tp, begin)
-    stop: dict[TopicPartition, int | None] = {tp: until for tp in tps}
-    if not follow:
-        for tp, end in consumer.end_offsets(tps).items():
-            stop[tp] = end if until is None else min(until, end)
     layout = handle.layout
     if layout is not None and fmt != "json" and (
         ctx.get_parameter_source("fmt") is ParameterSource.COMMANDLINE
@@ -291,16 +318,43 @@ def consume(
             f"a typed table prints JSON lines of its columns: --format {fmt} does not apply"
         )
     printer = _typed_printer(layout, encoding) if layout else _record_printer(fmt, encoding)
+    tps = [TopicPartition(table, p) for p in (partitions or range(handle.num_partitions))]
+    consumer = Consumer(
+        wh,
+        isolation_level=isolation_level,
+        group_id=group,
+        auto_offset_reset=begin if isinstance(begin, str) else "earliest",
+        # Positions are always what was printed (see _Reader): committing them at each
+        # interval, at a revocation and when leaving is what --commit means.
+        enable_auto_commit=group is not None and commit,
+    )
     try:
-        count, reached = _print_records(consumer, tps, stop, printer, max_records, follow,
-                                        idle_timeout_ms)  # fmt: skip
-        if group is not None and commit and reached:
-            consumer.commit({tp: OffsetAndMetadata(pos) for tp, pos in sorted(reached.items())})
+        if group is None:
+            consumer.assign(tps)
+            if isinstance(begin, int):
+                for tp in tps:
+                    consumer.seek(tp, begin)
+            elif begin == "latest":
+                consumer.seek_to_end()
+            else:
+                consumer.seek_to_beginning()
+        else:
+            consumer.subscribe([table])  # as kafka-console-consumer: a member of the group
+        stop: dict[TopicPartition, int | None] = {tp: until for tp in tps}
+        if not follow:
+            for tp, end in consumer.end_offsets(tps).items():
+                stop[tp] = end if until is None else min(until, end)
+        reader = _Reader(consumer, stop, printer, max_records, follow, idle_timeout_ms)
+        try:
+            reader.run()
+        except BrokenPipeError:
+            # The reader of stdout went away: what it read is unknown, so nothing is
+            # committed (the group reads those records again).
+            consumer.enable_auto_commit = False
+            raise
     finally:
-        # Also when stdout closed (``| head``): leave without committing what the reader
-        # may not have read.
         consumer.close()
-    click.echo(f"Processed {count} record(s)", err=True)
+    click.echo(f"Processed {reader.count} record(s)", err=True)
 
 
 COMMANDS = [consume]
