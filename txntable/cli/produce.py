@@ -20,7 +20,7 @@ from txntable.cli.context import (
     warehouse_argument,
 )
 from txntable.cli.records import ENCODINGS, decode_text, record_from_json
-from txntable.errors import SerializationError, TxnTableError
+from txntable.errors import TxnTableError
 
 if TYPE_CHECKING:
     from txntable.producer.futures import FutureRecordMetadata
@@ -115,7 +115,10 @@ def _parse_typed_record(
     text = line.decode()
     if not text.strip():
         return None
-    obj = json.loads(text)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(obj, dict):
         raise ValueError("a typed table's input line must be a JSON object of its columns")
     at = obj.pop("timestamp", None)
@@ -160,9 +163,12 @@ def _abandon(
     if transactional_id is not None:
         _close_quietly(producer)
         fail(f"{reason}; transaction {transactional_id} aborted, nothing was written")
-    producer.flush()
-    producer.close()
-    written = sum(1 for f in futures if f.exception() is None)
+    try:
+        producer.flush()
+    except TxnTableError:
+        pass  # each failed record's future holds its error; what succeeded is counted below
+    _close_quietly(producer)
+    written = sum(1 for f in futures if f.done() and f.exception() is None)
     fail(f"{reason}; the {written} record(s) before it were written")
 
 
@@ -270,6 +276,35 @@ def produce(
     common = [(k, v.encode()) for k, v in headers.items()]
     sep = key_separator.encode() if key_separator is not None else None
     producer = Producer(wh, transactional_id=transactional_id)
+
+    def send(line: bytes) -> FutureRecordMetadata | None:
+        """Parse one line and send it (``None``: a blank line that is no record)."""
+        if layout is not None:
+            typed = _parse_typed_record(line, layout, encoding)
+            if typed is None:
+                return None
+            value, at, to = typed
+            return producer.send(
+                table,
+                value,  # type: ignore[arg-type]
+                partition=to if to is not None else partition,
+                timestamp=at,
+            )
+        if fmt == "json":
+            rec = _parse_json_record(line, encoding)
+        else:
+            rec = _parse_line(line, sep, encoding)
+        if rec is None:
+            return None
+        return producer.send(
+            table,
+            value=rec.value,
+            key=rec.key,
+            partition=rec.partition if rec.partition is not None else partition,
+            headers=[*common, *rec.headers],
+            timestamp=rec.timestamp,
+        )
+
     futures: list[FutureRecordMetadata] = []
     size = _size(input_file)
     try:
@@ -279,45 +314,16 @@ def produce(
         with output().progress(table, {"producing": "bytes"}) as progress:
             done = 0
             for n, line, read in _lines(input_file):
-                done += read
-                if layout is not None:
-                    try:
-                        typed = _parse_typed_record(line, layout, encoding)
-                        if typed is not None:
-                            value, at, to = typed
-                            futures.append(
-                                producer.send(
-                                    table,
-                                    value,  # type: ignore[arg-type]
-                                    partition=to if to is not None else partition,
-                                    timestamp=at,
-                                )
-                            )
-                    except (ValueError, UnicodeDecodeError, SerializationError) as e:
-                        _abandon(producer, transactional_id, futures, f"line {n}: {e}")
-                    if size:
-                        progress("producing", done, size)
-                    continue
                 try:
-                    rec = (
-                        _parse_json_record(line, encoding)
-                        if fmt == "json"
-                        else _parse_line(line, sep, encoding)
-                    )
-                except (ValueError, UnicodeDecodeError) as e:
+                    future = send(line)
+                except (ValueError, UnicodeDecodeError) as e:  # not readable as a record
                     _abandon(producer, transactional_id, futures, f"line {n}: {e}")
-                if rec is None:
-                    continue
-                futures.append(
-                    producer.send(
-                        table,
-                        value=rec.value,
-                        key=rec.key,
-                        partition=rec.partition if rec.partition is not None else partition,
-                        headers=[*common, *rec.headers],
-                        timestamp=rec.timestamp,
-                    )
-                )
+                except TxnTableError as e:  # a record the library refuses
+                    reason = f"line {n}: {type(e).__name__}: {e}"
+                    _abandon(producer, transactional_id, futures, reason)
+                if future is not None:
+                    futures.append(future)
+                done += read
                 if size:
                     progress("producing", done, size)
             if transactional_id is not None:

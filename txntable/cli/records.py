@@ -71,7 +71,10 @@ def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes
     if pa_types.is_floating(t) and isinstance(v, str) and v in NON_FINITE:
         return NON_FINITE[v]
     if pa_types.is_decimal(t) and isinstance(v, str | int | float) and not isinstance(v, bool):
-        return decimal.Decimal(str(v))
+        try:
+            return decimal.Decimal(str(v))
+        except decimal.InvalidOperation:
+            raise ValueError(f"{v!r} is not a decimal number") from None
     if pa_types.is_list(t) and isinstance(v, list):
         return [value_from_json(x, t.value_type, decode_binary) for x in v]
     if pa_types.is_map(t) and isinstance(v, dict):
@@ -136,7 +139,7 @@ def record_from_json(
         if name in layout.schema.names:
             try:
                 out[name] = value_from_json(v, layout.schema.field(name).type, decode_binary)
-            except (ValueError, TypeError, decimal.InvalidOperation) as e:
+            except (ValueError, TypeError) as e:
                 raise ValueError(f"column {name!r}: {e}") from None
         else:
             out[name] = v

@@ -138,7 +138,9 @@ def field_from_json(f: Field) -> pa.Field:
     elif (m := _DECIMAL.match(name)) and not kids:
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38:
-            raise SchemaMismatchError(f"column {f.name!r}: decimal precision {precision}")
+            raise SchemaMismatchError(
+                f"column {f.name!r}: decimal precision {precision} is not in 1..38"
+            )
         t = pa.decimal128(precision, scale)
     elif (m := _TIMESTAMP.match(f.type.replace(", ", ","))) and not kids:
         t = pa.timestamp(m.group(1), tz=m.group(2))
@@ -150,10 +152,37 @@ def field_from_json(f: Field) -> pa.Field:
     elif name == "struct" and kids:
         t = pa.struct([field_from_json(k) for k in kids])
     else:
-        raise SchemaMismatchError(
-            f"column {f.name!r}: type {f.type!r} with {len(kids)} children is not allowed"
-        )
+        raise SchemaMismatchError(f"column {f.name!r}: {_type_problem(f)}")
     return pa.field(f.name, t, f.nullable)
+
+
+#: The type names of the JSON form (``children`` give a nested type's fields).
+TYPE_NAMES = (
+    *PRIMITIVES,
+    "decimal(P,S)",
+    "timestamp(UNIT)",
+    "timestamp(UNIT,TZ)",
+    "list",
+    "map",
+    "struct",
+)
+#: What each nested type takes as ``children``.
+_CHILDREN = {
+    "list": "one child (its element)",
+    "map": "two children (key, not nullable, and value)",
+    "struct": "one child or more (its fields)",
+}
+
+
+def _type_problem(f: Field) -> str:
+    """Why ``field_from_json`` refused ``f``'s type, in words."""
+    name = f.type.replace(" ", "")
+    if name in _CHILDREN:
+        return f"a {name} takes {_CHILDREN[name]}; got {len(f.children)}"
+    known = name in PRIMITIVES or _DECIMAL.match(name) or _TIMESTAMP.match(name)
+    if known:
+        return f"{f.type!r} takes no children; got {len(f.children)}"
+    return f"unknown type {f.type!r}; allowed: {', '.join(TYPE_NAMES)}"
 
 
 def schema_to_json(schema: pa.Schema) -> tuple[Field, ...]:
