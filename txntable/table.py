@@ -289,6 +289,53 @@ class Table:
         layout = self.layout
         return layout.schema if layout else None
 
+    @property
+    def configuration(self) -> dict[str, str]:
+        """The table's configuration keys that are set (the others have their default, see
+        :data:`txntable.config.TABLE_CONFIG`), at the handle's snapshot."""
+        metadata = self.snapshot(refresh=False).metadata
+        assert metadata is not None
+        return dict(metadata.configuration)
+
+    def alter_configuration(
+        self, updates: Mapping[str, str | int] | None = None, removals: Iterable[str] = ()
+    ) -> dict[str, str]:
+        """Set the keys of ``updates`` and unset those of ``removals`` (back to their
+        default) in one log version: a new ``metadata`` action (Kafka's
+        ``IncrementalAlterConfigs``, Delta's ``ALTER TABLE SET / UNSET TBLPROPERTIES``).
+
+        Returns:
+            The configuration now in force (the keys that are set).
+
+        Raises:
+            InvalidConfigurationError: A key to set is unknown or not implemented, or its
+                value malformed; a key to unset is neither known nor set; a key is both set
+                and unset. Nothing is written.
+        """
+        changes = config.validate_table_configuration(updates)
+        removed = frozenset(removals)
+        both = removed & changes.keys()
+        if both:
+            raise InvalidConfigurationError(
+                f"configuration key {min(both)!r} is both set and unset"
+            )
+
+        def build(s: TableSnapshot) -> CommitPlan[dict[str, str]]:
+            assert s.metadata is not None
+            current = s.metadata.configuration
+            for name in sorted(removed - current.keys() - config.TABLE_CONFIG.keys()):
+                config.validate_table_configuration({name: ""})  # raises: unknown key
+            new = {k: v for k, v in current.items() if k not in removed} | changes
+            if new == current:
+                return CommitPlan([], new, "SET TBLPROPERTIES")
+            return CommitPlan([replace(s.metadata, configuration=new)], new, "SET TBLPROPERTIES")
+
+        self.snapshot()
+        plan, _ = self.commit(build)
+        with self._lock:
+            self._configure(self.snapshot())  # this handle's checkpoint interval
+        return dict(plan.result)
+
     def evolve_schema(self, schema: pa.Schema) -> pa.Schema:
         """Replace a typed table's record schema by an evolution of it, in one log version
         (a new ``metadata`` action).

@@ -184,6 +184,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 "segment_bytes": p1["segment_bytes"],
             },
         ],
+        "configuration": {},
     }
     assert idem_pid != etl_pid != stuck_pid
     assert p0["segment_bytes"] > 0 and p1["segment_bytes"] > 0

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from rich.console import Console
     from rich.table import Table as RichTable
     from rich.text import Text
@@ -221,8 +222,26 @@ class Output(ABC):
         """``tables``."""
 
     @abstractmethod
-    def table_description(self, d: TableDescription, producers: bool) -> None:
-        """``describe``."""
+    def table_description(
+        self, d: TableDescription, producers: bool, configuration: Mapping[str, str]
+    ) -> None:
+        """``describe`` (``configuration``: the keys the table sets)."""
+
+    @abstractmethod
+    def configuration(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """``config``: every key with its value, default and whether the table sets it."""
+
+    @abstractmethod
+    def evolved(self, table: str, schema: pa.Schema, key_columns: tuple[str, ...]) -> None:
+        """``evolve``: the schema now in force."""
+
+    @abstractmethod
+    def dropped(self, table: str, objects: int | None) -> None:
+        """``drop``: objects deleted (``None``: no such table, with ``--if-exists``)."""
+
+    @abstractmethod
+    def records_deleted(self, table: str, log_start_offsets: dict[int, int]) -> None:
+        """``delete-records``: each partition's log start offset now."""
 
     @abstractmethod
     def produced(self, summary: dict[str, Any]) -> None:
@@ -282,7 +301,9 @@ class JsonOutput(Output):
     def table_names(self, names: list[str]) -> None:
         self._print(names)
 
-    def table_description(self, d: TableDescription, producers: bool) -> None:
+    def table_description(
+        self, d: TableDescription, producers: bool, configuration: Mapping[str, str]
+    ) -> None:
         from txntable.protocol.schema import schema_to_json
 
         out = asdict(replace(d, schema=None))
@@ -290,7 +311,25 @@ class JsonOutput(Output):
         if d.schema is not None:  # a typed table (untyped ones print what they printed)
             out["schema"] = [field_json(f) for f in schema_to_json(d.schema)]
             out["key_columns"] = list(d.key_columns)
+        out["configuration"] = dict(configuration)
         self._print(out)
+
+    def configuration(self, table: str, rows: list[dict[str, Any]]) -> None:
+        self._print({"table": table, "configuration": rows})
+
+    def evolved(self, table: str, schema: pa.Schema, key_columns: tuple[str, ...]) -> None:
+        from txntable.protocol.schema import schema_to_json
+
+        fields = [field_json(f) for f in schema_to_json(schema)]
+        self._print({"table": table, "schema": fields, "key_columns": list(key_columns)})
+
+    def dropped(self, table: str, objects: int | None) -> None:
+        self._print(
+            {"table": table, "dropped": objects is not None, "objects_deleted": objects or 0}
+        )
+
+    def records_deleted(self, table: str, log_start_offsets: dict[int, int]) -> None:
+        self._print({"table": table, "log_start_offsets": log_start_offsets})
 
     def produced(self, summary: dict[str, Any]) -> None:
         self._print(summary)
@@ -406,8 +445,9 @@ class TextOutput(Output):
         for name in names:
             click.echo(name)
 
-    def table_description(self, d: TableDescription, producers: bool) -> None:
-        from txntable.protocol.schema import schema_to_json
+    def table_description(
+        self, d: TableDescription, producers: bool, configuration: Mapping[str, str]
+    ) -> None:
         from txntable.util import now_ms
 
         now = now_ms()
@@ -433,14 +473,7 @@ class TextOutput(Output):
             )
         self.print_table(t)
         if d.schema is not None:
-            t = self.table("COLUMN", "TYPE", "NULLABLE", "KEY", title="Schema")
-            for f in schema_to_json(d.schema):
-                text = type_text(f).removesuffix(" not null")
-                key = "yes" if f.name in d.key_columns else ""
-                t.add_row(
-                    _text(f.name), _text(text), _text("yes" if f.nullable else "no"), _text(key)
-                )
-            self.print_table(t)
+            self._schema(d.schema, d.key_columns)
         opened = [(p.partition, o) for p in d.partitions for o in p.open_transactions]
         if opened:
             t = self.table(
@@ -473,6 +506,54 @@ class TextOutput(Output):
                               else pr.current_txn_first_offset),
                     )  # fmt: skip
             self.print_table(t)
+        if configuration:
+            t = self.table("KEY", "VALUE", title="Configuration")
+            for key, value in sorted(configuration.items()):
+                t.add_row(_text(key), _text(value))
+            self.print_table(t)
+        else:
+            self.line("Configuration: every key at its default")
+
+    def _schema(self, schema: pa.Schema, key_columns: tuple[str, ...] = ()) -> None:
+        from txntable.protocol.schema import schema_to_json
+
+        t = self.table("COLUMN", "TYPE", "NULLABLE", "KEY", title="Schema")
+        for f in schema_to_json(schema):
+            text = type_text(f).removesuffix(" not null")
+            key = "yes" if f.name in key_columns else ""
+            t.add_row(_text(f.name), _text(text), _text("yes" if f.nullable else "no"), _text(key))
+        self.print_table(t)
+
+    def configuration(self, table: str, rows: list[dict[str, Any]]) -> None:
+        t = self.table(
+            "KEY", "VALUE", "SOURCE", "DEFAULT", "MEANING", title=f"Configuration of {table}"
+        )
+        for r in rows:
+            t.add_row(
+                _text(r["name"], "bold" if r["is_set"] else ""),
+                _text(r["value"]),
+                _text("table" if r["is_set"] else "default", "" if r["is_set"] else "dim"),
+                _text("-" if r["default"] is None else r["default"]),
+                _text(r["doc"] or "-"),
+            )
+        self.print_table(t)
+
+    def evolved(self, table: str, schema: pa.Schema, key_columns: tuple[str, ...]) -> None:
+        self.line(f"Schema of {table} is now:")
+        self._schema(schema, key_columns)
+
+    def dropped(self, table: str, objects: int | None) -> None:
+        if objects is None:
+            self.line(f"Table {table} does not exist")
+        else:
+            self.line(f"Dropped table {table} ({objects} object(s) deleted)")
+
+    def records_deleted(self, table: str, log_start_offsets: dict[int, int]) -> None:
+        self.line(f"Records of {table} deleted below the log start offsets:")
+        t = self.table("PARTITION", "LOG START")
+        for p, offset in sorted(log_start_offsets.items()):
+            t.add_row(_text(p), _text(offset))
+        self.print_table(t)
 
     def produced(self, summary: dict[str, Any]) -> None:
         tid = summary["transactional_id"]

@@ -122,9 +122,170 @@ def list_tables(warehouse: str, options: dict[str, str]) -> None:
 @json_option
 def describe(warehouse: str, options: dict[str, str], table: str, producers: bool) -> None:
     """Per partition of TABLE: log start, LSO, high watermark, open transactions, producers,
-    segments."""
-    description = open_warehouse(warehouse, options).table(table).describe()
-    output().table_description(description, producers)
+    segments; its schema (typed tables) and the configuration keys it sets."""
+    handle = open_warehouse(warehouse, options).table(table)
+    description = handle.describe()
+    output().table_description(description, producers, handle.configuration)
 
 
-COMMANDS = [create, list_tables, describe]
+@click.command()
+@warehouse_argument
+@click.argument("table")
+@click.option(
+    "--set",
+    "updates",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=parse_pairs,
+    help="Set a configuration key (repeatable).",
+)
+@click.option(
+    "--unset", "removals", multiple=True, metavar="KEY", help="Unset a key: back to its default."
+)
+@json_option
+def config(
+    warehouse: str,
+    options: dict[str, str],
+    table: str,
+    updates: dict[str, str],
+    removals: tuple[str, ...],
+) -> None:
+    """Show TABLE's configuration: every key, its value, whether the table sets it or it has
+    its default; with --set / --unset, change it first (in one log version).
+
+    \b
+    Examples:
+      txntable config lake orders
+      txntable config lake orders --set cleanup.policy=compact --unset retention.ms
+    """
+    from txntable.config import TABLE_CONFIG
+
+    handle = open_warehouse(warehouse, options).table(table)
+    if updates or removals:
+        current = handle.alter_configuration(updates, removals)
+    else:
+        current = handle.configuration
+    rows = [
+        {
+            "name": key.name,
+            "value": current.get(key.name, key.default),
+            "default": key.default,
+            "is_set": key.name in current,
+            "doc": key.doc,
+        }
+        for key in TABLE_CONFIG.values()
+        if key.implemented or key.name in current
+    ]
+    rows += [  # written by another client: shown, not acted on
+        {"name": k, "value": v, "default": None, "is_set": True, "doc": None}
+        for k, v in sorted(current.items())
+        if k not in TABLE_CONFIG
+    ]
+    output().configuration(table, rows)
+
+
+@click.command()
+@warehouse_argument
+@click.argument("table")
+@click.option(
+    "--schema",
+    "schema_json",
+    required=True,
+    metavar="JSON|@FILE",
+    help="The whole new schema, as for create --schema.",
+)
+@json_option
+def evolve(warehouse: str, options: dict[str, str], table: str, schema_json: str) -> None:
+    """Evolve a typed TABLE's schema: add nullable columns (at the end, also inside structs)
+    or widen types (int8 to int16 to int32 to int64, float32 to float64). Records written
+    before read the new columns as null.
+
+    \b
+    Example:
+      txntable evolve lake orders --schema @orders-v2.json
+    """
+    handle = open_warehouse(warehouse, options).table(table)
+    schema = handle.evolve_schema(parse_schema_option(schema_json))
+    layout = handle.layout
+    output().evolved(table, schema, layout.key_columns if layout else ())
+
+
+@click.command()
+@warehouse_argument
+@click.argument("table")
+@click.option("--if-exists", is_flag=True, help="Succeed if there is no such table.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def drop(warehouse: str, options: dict[str, str], table: str, if_exists: bool, yes: bool) -> None:
+    """Drop TABLE: delete its log and every segment. Refused while a transaction is open on
+    it. Consumer groups keep their offsets for it.
+
+    \b
+    Example:
+      txntable drop lake scratch --yes
+    """
+    from txntable.errors import TableNotFoundError
+
+    wh = open_warehouse(warehouse, options)
+    if not yes:
+        click.confirm(f"Drop table {table} of {warehouse} and delete all its data?", abort=True)
+    try:
+        with output().progress(f"dropping {table}", {"delete": "objects"}) as progress:
+            deleted: int | None = wh.drop_table(table, progress=progress)
+    except TableNotFoundError:
+        if not if_exists:
+            raise
+        deleted = None
+    output().dropped(table, deleted)
+
+
+def _offset_option(value: str) -> int:
+    if value == "latest":
+        return -1
+    try:
+        offset = int(value)
+    except ValueError:
+        offset = -2
+    if offset < 0:
+        raise click.BadParameter(
+            f"expected an offset or latest, got {value!r}", param_hint="--before"
+        )
+    return offset
+
+
+@click.command("delete-records")
+@warehouse_argument
+@click.argument("table")
+@click.option(
+    "--before",
+    required=True,
+    metavar="OFFSET|latest",
+    help="Delete the records below this offset (latest: the high watermark).",
+)
+@click.option(
+    "-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+    help="Partition (repeatable; default: all).",
+)  # fmt: skip
+@json_option
+def delete_records(
+    warehouse: str,
+    options: dict[str, str],
+    table: str,
+    before: str,
+    partitions: tuple[int, ...],
+) -> None:
+    """Delete TABLE's records below an offset: move the log start offsets forward (Kafka's
+    kafka-delete-records). Readers no longer see them; vacuum deletes their files later.
+
+    \b
+    Example:
+      txntable delete-records lake orders --before 1000 -p 0
+    """
+    offset = _offset_option(before)
+    handle = open_warehouse(warehouse, options).table(table)
+    targets = partitions or tuple(range(handle.num_partitions))
+    starts = handle.delete_records({p: offset for p in targets})
+    output().records_deleted(table, starts)
+
+
+COMMANDS = [create, list_tables, describe, config, evolve, drop, delete_records]
