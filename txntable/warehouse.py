@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -45,7 +45,7 @@ from txntable.storage.base import Store
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TransactionListing
 from txntable.txn.recovery import RecoveryReport, StuckTransactionFinisher, recover
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.verify import VerifyReport
@@ -221,9 +221,7 @@ class Warehouse:
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table
 
-    def drop_table(
-        self, name: str, progress: Callable[[str, int, int], None] | None = None
-    ) -> int:
+    def drop_table(self, name: str, progress: Progress | None = None) -> int:
         """Delete table ``name``: its log, its segments, everything stored under it (Kafka's
         DeleteTopics; Delta's DROP TABLE of a managed table).
 
@@ -300,9 +298,7 @@ class Warehouse:
         """A group's committed and pending offsets with lag; ``None`` if it has none."""
         return describe_group(self.store, group_id)
 
-    def verify_group(
-        self, group_id: str, progress: Callable[[str, int, int], None] | None = None
-    ) -> VerifyReport:
+    def verify_group(self, group_id: str, progress: Progress | None = None) -> VerifyReport:
         """Check a consumer group's offset log like a table's (see :meth:`Table.verify`).
 
         Raises:

@@ -6,13 +6,15 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from functools import partial
 from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
 
-from txntable.cli.context import fail, open_warehouse, warehouse_argument
+from txntable.cli.context import fail, open_warehouse, output, warehouse_argument
+from txntable.cli.output import no_progress
 from txntable.cli.records import ENCODINGS, encode_bytes, value_to_json
 from txntable.structs import READ_COMMITTED, READ_UNCOMMITTED
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from txntable.consumer import Consumer
     from txntable.protocol.schema import TypedLayout
     from txntable.structs import ConsumerRecord, TopicPartition
+    from txntable.util import Progress
 
 
 def _start_option(value: str | None) -> str | int | None:
@@ -132,8 +135,12 @@ class _Reader:
         max_records: int | None,
         follow: bool,
         idle_timeout_ms: int | None,
+        progress: Progress = no_progress,
     ) -> None:
         self.consumer = consumer
+        self.progress = progress
+        #: Where each partition read started (what the progress counts from).
+        self.started: dict[TopicPartition, int] = {}
         self.stop = stop
         self.printer = printer
         self.max_records = max_records
@@ -173,6 +180,9 @@ class _Reader:
                 if not active and bounded and (not subscribed or self._group_settled()):
                     break
                 before = {tp: c.position(tp) for tp in active}
+                for tp, position in before.items():
+                    self.started.setdefault(tp, position)
+                self._report()
                 limit = None if self.max_records is None else self.max_records - self.count
                 polled = c.poll(timeout_ms=200 if self.follow else 100, max_records=limit)
                 for tp, records in polled.items():
@@ -200,6 +210,23 @@ class _Reader:
         except KeyboardInterrupt:
             pass
         sys.stdout.flush()
+
+    def _report(self) -> None:
+        """Offsets read of those to read, on the partitions read so far (a group may
+        assign more later)."""
+        bounds = {tp: self.stop.get(tp) for tp in self.started}
+        if any(bound is None for bound in bounds.values()):
+            return  # following: no end to measure against
+        c = self.consumer
+        assigned = c.assignment()
+        total = done = 0
+        for tp, start in self.started.items():
+            bound = bounds[tp]
+            assert bound is not None
+            total += max(bound - start, 0)
+            reached = c.position(tp) if tp in assigned else bound
+            done += max(min(reached, bound) - start, 0)
+        self.progress("read", done, total)
 
 
 @click.command()
@@ -344,14 +371,21 @@ def consume(
         if not follow:
             for tp, end in consumer.end_offsets(tps).items():
                 stop[tp] = end if until is None else min(until, end)
-        reader = _Reader(consumer, stop, printer, max_records, follow, idle_timeout_ms)
-        try:
-            reader.run()
-        except BrokenPipeError:
-            # The reader of stdout went away: what it read is unknown, so nothing is
-            # committed (the group reads those records again).
-            consumer.enable_auto_commit = False
-            raise
+        # Bars on stderr only when the records go elsewhere: a terminal shows the records.
+        showing = nullcontext(no_progress) if sys.stdout.isatty() else (
+            output().progress(f"consume {table}", {"read": "offsets"})
+        )
+        with showing as progress:
+            reader = _Reader(
+                consumer, stop, printer, max_records, follow, idle_timeout_ms, progress
+            )
+            try:
+                reader.run()
+            except BrokenPipeError:
+                # The reader of stdout went away: what it read is unknown, so nothing is
+                # committed (the group reads those records again).
+                consumer.enable_auto_commit = False
+                raise
     finally:
         consumer.close()
     click.echo(f"Processed {reader.count} record(s)", err=True)

@@ -10,6 +10,16 @@ import click
 from txntable import config
 from txntable.cli.context import json_option, open_warehouse, output, warehouse_argument
 
+#: The unit of each phase the maintenance operations report (see txntable.util.Progress).
+UNITS = {
+    "steps": "steps",
+    "keys": "bytes",
+    "rewrite": "bytes",
+    "write": "entries",
+    "list": "files",
+    "delete": "files",
+}
+
 
 @click.command()
 @warehouse_argument
@@ -17,7 +27,9 @@ from txntable.cli.context import json_option, open_warehouse, output, warehouse_
 @json_option
 def checkpoint(warehouse: str, options: dict[str, str], table: str) -> None:
     """Write a checkpoint of TABLE at its latest version."""
-    version = open_warehouse(warehouse, options).table(table).checkpoint().version
+    handle = open_warehouse(warehouse, options).table(table)
+    with output().progress(f"checkpoint of {table}", {"write": "entries"}) as progress:
+        version = handle.checkpoint(progress).version
     output().checkpointed(table, version)
 
 
@@ -43,7 +55,9 @@ def vacuum(
     """Delete segment files of TABLE that no version of the retention window references,
     once they are old enough."""
     retention_ms = None if retention_hours is None else int(retention_hours * 3_600_000)
-    report = open_warehouse(warehouse, options).table(table).vacuum(retention_ms, dry_run=dry_run)
+    handle = open_warehouse(warehouse, options).table(table)
+    with output().progress(f"vacuum of {table}", UNITS) as progress:
+        report = handle.vacuum(retention_ms, dry_run=dry_run, progress=progress)
     output().vacuumed(table, report, dry_run)
 
 
@@ -59,7 +73,9 @@ def vacuum(
 @json_option
 def optimize(warehouse: str, options: dict[str, str], table: str, target_bytes: int | None) -> None:
     """Merge TABLE's small segments below the LSO (offsets never change)."""
-    report = open_warehouse(warehouse, options).table(table).optimize(target_bytes)
+    handle = open_warehouse(warehouse, options).table(table)
+    with output().progress(f"optimize {table}", UNITS) as progress:
+        report = handle.optimize(target_bytes, progress=progress)
     output().rewritten("Optimized", table, report)
 
 
@@ -74,7 +90,9 @@ def optimize(warehouse: str, options: dict[str, str], table: str, target_bytes: 
 @json_option
 def compact(warehouse: str, options: dict[str, str], table: str, if_dirty: bool) -> None:
     """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner)."""
-    report = open_warehouse(warehouse, options).table(table).compact(force=not if_dirty)
+    handle = open_warehouse(warehouse, options).table(table)
+    with output().progress(f"compact {table}", UNITS) as progress:
+        report = handle.compact(force=not if_dirty, progress=progress)
     output().rewritten("Compacted", table, report)
 
 
@@ -99,7 +117,9 @@ def maintain(warehouse: str, options: dict[str, str], table: str, no_vacuum: boo
 
     Exits 1 if a step failed (the others still ran).
     """
-    report = open_warehouse(warehouse, options).table(table).maintain(vacuum=not no_vacuum)
+    handle = open_warehouse(warehouse, options).table(table)
+    with output().progress(f"maintain {table}", UNITS) as progress:
+        report = handle.maintain(vacuum=not no_vacuum, progress=progress)
     output().maintained(table, report)
     if report.errors:
         sys.exit(1)

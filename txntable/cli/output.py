@@ -179,11 +179,12 @@ class Output(ABC):
 
     @contextmanager
     def progress(self, name: str, units: Mapping[str, str]) -> Iterator[ProgressCallback]:
-        """A ``(phase, done, total)`` callback drawing one bar per phase on stderr when it is
-        a terminal (and doing nothing otherwise). ``units`` names each phase's unit
-        (``"bytes"`` is shown as KiB/MiB)."""
+        """A ``(phase, done, total)`` callback (:data:`txntable.util.Progress`) drawing one
+        bar per phase on stderr when it is a terminal (and doing nothing otherwise).
+        ``units`` names each phase's unit (``"bytes"`` is shown as KiB/MiB); a total of 0 is
+        not known yet."""
         if not self.err.is_terminal:
-            yield _no_progress
+            yield no_progress
             return
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -199,14 +200,14 @@ class Output(ABC):
 
         def step(phase: str, done: int, total: int) -> None:
             unit = units.get(phase, "")
-            amount = (
-                f"{human_bytes(done)}/{human_bytes(total)}"
-                if unit == "bytes"
-                else f"{done}/{total} {unit}".rstrip()
-            )
+            show = human_bytes if unit == "bytes" else str
+            amount = show(done) if total <= 0 else f"{show(done)}/{show(total)}"
+            if unit != "bytes":
+                amount = f"{amount} {unit}".rstrip()
+            known = total if total > 0 else None  # unknown: a pulsing bar
             if phase not in tasks:
-                tasks[phase] = bars.add_task(f"{name}: {phase}", total=total, amount=amount)
-            bars.update(tasks[phase], completed=done, total=total, amount=amount)
+                tasks[phase] = bars.add_task(f"{name}: {phase}", total=known, amount=amount)
+            bars.update(tasks[phase], completed=done, total=known, amount=amount)
 
         with bars:
             yield step
@@ -284,8 +285,8 @@ class Output(ABC):
         """``verify``."""
 
 
-def _no_progress(phase: str, done: int, total: int) -> None:
-    pass
+def no_progress(phase: str, done: int, total: int) -> None:
+    """A progress callback that shows nothing."""
 
 
 class JsonOutput(Output):
