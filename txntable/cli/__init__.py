@@ -82,7 +82,16 @@ def cli(ctx: click.Context, options: dict[str, str], color: str, read_only: bool
     """Kafka's exactly-once machinery as a table format: manage a warehouse of tables.
 
     WAREHOUSE is a path or URL: /data/lake, file:///data/lake, s3://bucket/prefix.
-    Exit status: 0 success, 1 error, 2 bad usage, 3 verify found violations.
+    Exit status: 0 success, 1 error, 2 bad usage, 3 verify found violations, 141 stdout
+    closed early. `txntable COMMAND --help` shows a command's options and examples.
+
+    \b
+    Examples:
+      txntable create lake orders --partitions 3
+      printf 'k1:hello\\nk2:world\\n' | txntable produce lake orders -k :
+      txntable consume lake orders --group billing
+      txntable describe lake orders
+      txntable -o s3.endpoint=http://127.0.0.1:9000 verify s3://bucket/lake
     """
     ctx.obj = CliContext(options=options, color=color, read_only=read_only)
 

@@ -314,7 +314,14 @@ def consume(
     encoding: str,
 ) -> None:
     """Print the records of TABLE: a range (to the end offsets as of the start, by default)
-    or, with --follow, new records as they are committed."""
+    or, with --follow, new records as they are committed.
+
+    \b
+    Examples:
+      txntable consume lake orders -p 0 --from 100 --until 200
+      txntable consume lake orders --group billing --follow --format json
+      txntable consume lake prices --encoding base64 | txntable produce lake copy --encoding base64
+    """
     from txntable.consumer import Consumer
     from txntable.structs import TopicPartition
 

@@ -22,6 +22,10 @@ def groups(warehouse: str, options: dict[str, str], group_ids: tuple[str, ...]) 
     """Committed offsets and lag per partition of every consumer group (or of GROUP).
 
     A group that cannot be read is listed with its error (and the exit status is 1).
+
+    \b
+    Example:
+      txntable groups lake billing --json
     """
     wh = open_warehouse(warehouse, options)
     found: list[GroupDescription] = []

@@ -26,7 +26,12 @@ UNITS = {
 @click.argument("table")
 @json_option
 def checkpoint(warehouse: str, options: dict[str, str], table: str) -> None:
-    """Write a checkpoint of TABLE at its latest version."""
+    """Write a checkpoint of TABLE at its latest version.
+
+    \b
+    Example:
+      txntable checkpoint lake orders
+    """
     handle = open_warehouse(warehouse, options).table(table)
     with output().progress(f"checkpoint of {table}", {"write": "entries"}) as progress:
         version = handle.checkpoint(progress).version
@@ -53,7 +58,12 @@ def vacuum(
     dry_run: bool,
 ) -> None:
     """Delete segment files of TABLE that no version of the retention window references,
-    once they are old enough."""
+    once they are old enough.
+
+    \b
+    Example:
+      txntable vacuum lake orders --dry-run
+    """
     retention_ms = None if retention_hours is None else int(retention_hours * 3_600_000)
     handle = open_warehouse(warehouse, options).table(table)
     with output().progress(f"vacuum of {table}", UNITS) as progress:
@@ -72,7 +82,12 @@ def vacuum(
 )
 @json_option
 def optimize(warehouse: str, options: dict[str, str], table: str, target_bytes: int | None) -> None:
-    """Merge TABLE's small segments below the LSO (offsets never change)."""
+    """Merge TABLE's small segments below the LSO (offsets never change).
+
+    \b
+    Example:
+      txntable optimize lake orders --target-bytes 268435456
+    """
     handle = open_warehouse(warehouse, options).table(table)
     with output().progress(f"optimize {table}", UNITS) as progress:
         report = handle.optimize(target_bytes, progress=progress)
@@ -89,7 +104,12 @@ def optimize(warehouse: str, options: dict[str, str], table: str, target_bytes: 
 )
 @json_option
 def compact(warehouse: str, options: dict[str, str], table: str, if_dirty: bool) -> None:
-    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner)."""
+    """Key-compact TABLE below the LSO: keep the latest record per key (Kafka's cleaner).
+
+    \b
+    Example:
+      txntable compact lake prices --if-dirty
+    """
     handle = open_warehouse(warehouse, options).table(table)
     with output().progress(f"compact {table}", UNITS) as progress:
         report = handle.compact(force=not if_dirty, progress=progress)
@@ -101,7 +121,12 @@ def compact(warehouse: str, options: dict[str, str], table: str, if_dirty: bool)
 @click.argument("table")
 @json_option
 def retention(warehouse: str, options: dict[str, str], table: str) -> None:
-    """Apply TABLE's retention.ms / retention.bytes: move log start offsets forward."""
+    """Apply TABLE's retention.ms / retention.bytes: move log start offsets forward.
+
+    \b
+    Example:
+      txntable retention lake orders
+    """
     report = open_warehouse(warehouse, options).table(table).apply_retention()
     output().retained(table, report)
 
@@ -116,6 +141,10 @@ def maintain(warehouse: str, options: dict[str, str], table: str, no_vacuum: boo
     expiry, compaction or merge, checkpoint, log cleanup and vacuum.
 
     Exits 1 if a step failed (the others still ran).
+
+    \b
+    Example:
+      txntable maintain lake orders --no-vacuum
     """
     handle = open_warehouse(warehouse, options).table(table)
     with output().progress(f"maintain {table}", UNITS) as progress:

@@ -254,7 +254,13 @@ def produce(
 
     Records are written idempotently (a retried write never duplicates), or with
     --transactional-id as one transaction, committed at the end of the input and aborted
-    if any line is bad.
+    if any line is bad. A typed table reads one JSON object of its columns per line.
+
+    \b
+    Examples:
+      printf 'k1:hello\\nk2:world\\n' | txntable produce lake orders -k :
+      txntable produce lake orders events.jsonl --format json -t loader-1
+      echo '{"sku": "a-1", "price": "9.90"}' | txntable produce lake prices
     """
     from txntable.producer.producer import Producer
 

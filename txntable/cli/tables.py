@@ -19,7 +19,23 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-@click.command()
+class _WithSchemaTypes(click.Command):
+    """A command whose help ends with the schema type names (read when help is shown, so
+    that starting the command line never loads the schema module)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from txntable.protocol.schema import TYPE_NAMES
+
+        formatter.write_paragraph()
+        formatter.write_text(
+            f"Schema types: {', '.join(TYPE_NAMES)} (UNIT: s, ms, us or ns; TZ: an IANA "
+            "zone or an offset). A list has one child (its element), a map two (key, not "
+            "nullable, and value), a struct one or more (its fields)."
+        )
+        super().format_epilog(ctx, formatter)
+
+
+@click.command(cls=_WithSchemaTypes)
 @warehouse_argument
 @click.argument("table")
 @click.option("-p", "--partitions", type=click.IntRange(min=1), default=1, show_default=True)
@@ -59,7 +75,18 @@ def create(
     schema_json: str | None,
     key_columns: tuple[str, ...],
 ) -> None:
-    """Create TABLE with N partitions (Kafka's record, or with --schema a typed table)."""
+    """Create TABLE with N partitions (Kafka's record, or with --schema a typed table).
+
+    \b
+    Examples:
+      txntable create lake orders --partitions 3 -c retention.ms=86400000
+      txntable create lake prices --key sku --schema @prices.json
+    \b
+    with prices.json:
+      [{"name": "sku", "type": "string", "nullable": false},
+       {"name": "price", "type": "decimal(10,2)"},
+       {"name": "tags", "type": "list", "children": [{"name": "element", "type": "string"}]}]
+    """
     from txntable.errors import TableExistsError
 
     schema = parse_schema_option(schema_json) if schema_json is not None else None
@@ -111,7 +138,12 @@ def parse_schema_option(text: str) -> pa.Schema:
 @warehouse_argument
 @json_option
 def list_tables(warehouse: str, options: dict[str, str]) -> None:
-    """List the tables of WAREHOUSE."""
+    """List the tables of WAREHOUSE.
+
+    \b
+    Example:
+      txntable tables s3://bucket/lake -o s3.endpoint=http://127.0.0.1:9000
+    """
     output().table_names(open_warehouse(warehouse, options).list_tables())
 
 
@@ -122,7 +154,12 @@ def list_tables(warehouse: str, options: dict[str, str]) -> None:
 @json_option
 def describe(warehouse: str, options: dict[str, str], table: str, producers: bool) -> None:
     """Per partition of TABLE: log start, LSO, high watermark, open transactions, producers,
-    segments; its schema (typed tables) and the configuration keys it sets."""
+    segments; its schema (typed tables) and the configuration keys it sets.
+
+    \b
+    Example:
+      txntable describe lake orders --producers
+    """
     handle = open_warehouse(warehouse, options).table(table)
     description = handle.describe()
     output().table_description(description, producers, handle.configuration)
@@ -184,7 +221,7 @@ def config(
     output().configuration(table, rows)
 
 
-@click.command()
+@click.command(cls=_WithSchemaTypes)
 @warehouse_argument
 @click.argument("table")
 @click.option(

@@ -22,7 +22,12 @@ from txntable.cli.output import STATE_STYLES
 )
 @json_option
 def txns(warehouse: str, options: dict[str, str], states: tuple[str, ...]) -> None:
-    """Coordinator state of every transactional id."""
+    """Coordinator state of every transactional id.
+
+    \b
+    Example:
+      txntable txns lake --state Ongoing --state PrepareCommit
+    """
     listings = open_warehouse(warehouse, options).describe_transactions()
     rows: list[dict[str, Any]] = []
     for item in listings:
@@ -52,7 +57,12 @@ def txns(warehouse: str, options: dict[str, str], states: tuple[str, ...]) -> No
 @warehouse_argument
 @json_option
 def recover(warehouse: str, options: dict[str, str]) -> None:
-    """Finish prepared transactions and abort timed-out ones (exit 1 if one failed)."""
+    """Finish prepared transactions and abort timed-out ones (exit 1 if one failed).
+
+    \b
+    Example:
+      txntable recover lake
+    """
     report = open_warehouse(warehouse, options).recover()
     output().recovered(report)
     if report.failed:

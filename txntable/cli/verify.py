@@ -40,6 +40,11 @@ def verify(
     and that every referenced segment exists and matches its batch.
 
     Exits 3 if any error-level violation is found (warnings alone exit 0).
+
+    \b
+    Examples:
+      txntable verify lake --groups
+      txntable verify lake orders --no-segments
     """
     wh = open_warehouse(warehouse, options)
     out = output()
