@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke, ok
 
 from txntable import (
     OffsetAndMetadata,
@@ -17,7 +17,6 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.cli import cli
 from txntable.structs import ConsumerGroupMetadata
 
 
@@ -35,16 +34,6 @@ def left_open() -> Iterator[list[Producer]]:
     yield producers
     for p in producers:
         p.close(timeout=10)
-
-
-def invoke(*args: str, stdin: bytes | str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: bytes | str | None = None) -> str:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
 
 
 def records(url: str, *args: str) -> list[dict[str, object]]:

@@ -10,14 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke
 
 from txntable import Consumer, OffsetAndMetadata, Producer, TopicPartition, Warehouse
-from txntable.cli import cli
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def committed(url: str) -> dict[int, tuple[int, int]]:

@@ -7,15 +7,10 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-from click.testing import CliRunner, Result
+from cliutil import invoke
 
 from txntable import Warehouse
-from txntable.cli import cli
 from txntable.protocol.schema import TYPE_NAMES
-
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
 
 
 def test_a_schema_type_that_does_not_exist_lists_the_allowed_ones(tmp_path: Path) -> None:

@@ -8,16 +8,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke
 
 from txntable import Producer, Warehouse
-from txntable.cli import cli
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def bars(*args: str) -> str:

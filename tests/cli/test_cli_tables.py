@@ -8,22 +8,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke, ok
 
 from txntable import Producer, Warehouse
 from txntable.config import TABLE_CONFIG
-
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    from txntable.cli import cli
-
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: str | None = None) -> str:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
 
 
 @pytest.fixture

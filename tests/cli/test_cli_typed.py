@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke, ok
 
 from txntable import Producer, Warehouse
-from txntable.cli import cli
 
 SCHEMA = [
     {"name": "id", "type": "int64", "nullable": False},
@@ -24,15 +23,6 @@ SCHEMA = [
     {"name": "blob", "type": "binary"},
 ]
 
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: str | None = None) -> str:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
 
 
 def test_create_describe_produce_consume(tmp_path: Path) -> None:

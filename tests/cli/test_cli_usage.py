@@ -12,21 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from click.testing import CliRunner, Result
-from cliutil import REPO
+from cliutil import REPO, invoke, ok
 
 from txntable import Consumer, OffsetAndMetadata, Producer, TopicPartition, Warehouse
-from txntable.cli import cli
-
-
-def invoke(*args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: str | None = None) -> str:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
 
 
 def test_consume_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:

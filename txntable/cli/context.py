@@ -54,13 +54,6 @@ def output() -> Output:
     return current().output
 
 
-def text_output() -> TextOutput:
-    """The text output, for what only prints text (messages of commands without ``--json``)."""
-    out = output()
-    assert isinstance(out, TextOutput)
-    return out
-
-
 def open_warehouse(url: str, options: dict[str, str], must_exist: bool = True) -> Warehouse:
     """The warehouse at ``url`` with the storage options given before and after the command.
 

@@ -52,7 +52,12 @@ class _Input:
 _JSON_FIELDS = {"key", "value", "partition", "headers", "timestamp"}
 
 
-def _parse_json_record(line: bytes, encoding: str) -> _Input | None:
+def _json_object(line: bytes, not_object: str) -> dict[str, Any] | None:
+    """A line's JSON object; ``None`` for a blank line.
+
+    Raises:
+        ValueError: Not JSON, or not an object (then ``not_object`` is the message).
+    """
     text = line.decode()
     if not text.strip():
         return None
@@ -61,7 +66,14 @@ def _parse_json_record(line: bytes, encoding: str) -> _Input | None:
     except json.JSONDecodeError as e:
         raise ValueError(f"not valid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(obj, dict):
-        raise ValueError("a JSON record must be an object")
+        raise ValueError(not_object)
+    return obj
+
+
+def _parse_json_record(line: bytes, encoding: str) -> _Input | None:
+    obj = _json_object(line, "a JSON record must be an object")
+    if obj is None:
+        return None
     unknown = set(obj) - _JSON_FIELDS
     if unknown:
         raise ValueError(
@@ -112,15 +124,9 @@ def _parse_typed_record(
     Raises:
         ValueError: Not a JSON object, or a value not readable as its column's type.
     """
-    text = line.decode()
-    if not text.strip():
+    obj = _json_object(line, "a typed table's input line must be a JSON object of its columns")
+    if obj is None:
         return None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON: {e.msg} at column {e.colno}") from None
-    if not isinstance(obj, dict):
-        raise ValueError("a typed table's input line must be a JSON object of its columns")
     at = obj.pop("timestamp", None)
     to = obj.pop("partition", None)
     obj.pop("offset", None)  # a consumed line written back
