@@ -17,7 +17,8 @@ from cliutil import REPO, invoke, ok
 from txntable import Consumer, OffsetAndMetadata, Producer, TopicPartition, Warehouse
 
 
-def test_consume_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", [[], ["--group", "g"]])
+def test_consume_into_a_pipe_closed_early_stops_quietly(tmp_path: Path, group: list[str]) -> None:
     lake = str(tmp_path / "lake")
     wh = Warehouse(lake)
     wh.create_table("t")
@@ -25,7 +26,8 @@ def test_consume_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:
         for i in range(2000):  # 2 MiB: far more than a pipe holds
             p.send("t", value=b"%04d" % i + b"x" * 1020)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txntable.cli", "consume", lake, "t", "--format", "value"],
+        [sys.executable, "-m", "txntable.cli", "consume", lake, "t", "--format", "value",
+         *group],  # fmt: skip
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -36,6 +38,10 @@ def test_consume_into_a_pipe_closed_early_stops_quietly(tmp_path: Path) -> None:
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 141  # 128 + SIGPIPE, as a shell reports `yes | head`
     assert stderr == b""
+    if group:  # what the reader read is unknown: nothing was committed
+        described = wh.describe_group("g")
+        assert described is not None and described.offsets == ()
+        assert described.members == ()  # it left the group
 
 
 def test_a_warehouse_that_does_not_exist_is_reported(tmp_path: Path) -> None:
