@@ -131,12 +131,19 @@ def typed_read_options(
     """
     columns = opts.columns
     if schema is not None and schema != typed_spark_schema(layout, columns):
-        full = {f.name: f.dataType for f in typed_spark_schema(layout).fields}
+        table_schema = typed_spark_schema(layout)
+        full = {f.name: f.dataType for f in table_schema.fields}
         for f in schema.fields:
-            if full.get(f.name) != f.dataType:
+            if f.name not in full:
                 raise InvalidConfigurationError(
-                    f"column {f.name} {f.dataType.simpleString()} of the given schema is not "
-                    f"a column of the table ({typed_spark_schema(layout).simpleString()})"
+                    f"column {f.name} of the given schema is not a column of the table "
+                    f"({table_schema.simpleString()})"
+                )
+            if full[f.name] != f.dataType:
+                raise InvalidConfigurationError(
+                    f"column {f.name} is {full[f.name].simpleString()} in the table, not "
+                    f"{f.dataType.simpleString()} as the given schema says (a read does not "
+                    "cast)"
                 )
         columns = tuple(schema.names)
     else:

@@ -118,6 +118,11 @@ class TableExistsError(TxnTableError):
     """``create_table`` found a table with that name already."""
 
 
+class TableInUseError(TxnTableError):
+    """``drop_table`` found a transaction open on the table (its markers would have nowhere
+    to go)."""
+
+
 class UnknownTopicOrPartitionError(TxnTableError):
     """The partition number is outside the table's partitions."""
 

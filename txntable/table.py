@@ -43,7 +43,7 @@ from txntable.protocol.schema import (
 )
 from txntable.protocol.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.log.group_commit import GroupCommit, GroupCommitConfig
@@ -351,6 +351,53 @@ class Table:
         layout = self.layout
         return layout.schema if layout else None
 
+    @property
+    def configuration(self) -> dict[str, str]:
+        """The table's configuration keys that are set (the others have their default, see
+        :data:`txntable.config.TABLE_CONFIG`), at the handle's snapshot."""
+        metadata = self.snapshot(refresh=False).metadata
+        assert metadata is not None
+        return dict(metadata.configuration)
+
+    def alter_configuration(
+        self, updates: Mapping[str, str | int] | None = None, removals: Iterable[str] = ()
+    ) -> dict[str, str]:
+        """Set the keys of ``updates`` and unset those of ``removals`` (back to their
+        default) in one log version: a new ``metadata`` action (Kafka's
+        ``IncrementalAlterConfigs``, Delta's ``ALTER TABLE SET / UNSET TBLPROPERTIES``).
+
+        Returns:
+            The configuration now in force (the keys that are set).
+
+        Raises:
+            InvalidConfigurationError: A key to set is unknown or not implemented, or its
+                value malformed; a key to unset is neither known nor set; a key is both set
+                and unset. Nothing is written.
+        """
+        changes = config.validate_table_configuration(updates)
+        removed = frozenset(removals)
+        both = removed & changes.keys()
+        if both:
+            raise InvalidConfigurationError(
+                f"configuration key {min(both)!r} is both set and unset"
+            )
+
+        def build(s: TableSnapshot) -> CommitPlan[dict[str, str]]:
+            assert s.metadata is not None
+            current = s.metadata.configuration
+            for name in sorted(removed - current.keys() - config.TABLE_CONFIG.keys()):
+                config.validate_table_configuration({name: ""})  # raises: unknown key
+            new = {k: v for k, v in current.items() if k not in removed} | changes
+            if new == current:
+                return CommitPlan([], new, "SET TBLPROPERTIES")
+            return CommitPlan([replace(s.metadata, configuration=new)], new, "SET TBLPROPERTIES")
+
+        self.snapshot()
+        plan, _ = self.commit(build)
+        with self._lock:
+            self._configure(self.snapshot())  # this handle's checkpoint interval
+        return dict(plan.result)
+
     def evolve_schema(self, schema: pa.Schema) -> pa.Schema:
         """Replace a typed table's record schema by an evolution of it, in one log version
         (a new ``metadata`` action).
@@ -549,40 +596,53 @@ class Table:
         plan, _ = self.commit(build)
         return plan.result
 
-    def vacuum(self, retention_ms: int | None = None, dry_run: bool = True) -> VacuumReport:
+    def vacuum(
+        self,
+        retention_ms: int | None = None,
+        dry_run: bool = True,
+        progress: Progress | None = None,
+    ) -> VacuumReport:
         """Delete segment files that no version of the retention window references and that
         are older than ``retention_ms`` (Delta's VACUUM).
 
         As delta-rs's ``DeltaTable.vacuum``, a dry run by default: the report lists what
         would be deleted; ``dry_run=False`` deletes it. See :mod:`txntable.maintenance.vacuum`
-        (default retention: the table's ``version.retention.ms``, a week).
+        (default retention: the table's ``version.retention.ms``, a week). ``progress`` is
+        told files listed and deleted (:data:`~txntable.util.Progress`).
         """
         from txntable.maintenance.maintain import MaintenanceConfig
         from txntable.maintenance.vacuum import vacuum
 
         if retention_ms is None:
             retention_ms = MaintenanceConfig.of(self.snapshot()).version_retention_ms
-        return vacuum(self, retention_ms, dry_run)
+        return vacuum(self, retention_ms, dry_run, progress=progress)
 
-    def optimize(self, target_bytes: int | None = None) -> RewriteReport:
+    def optimize(
+        self, target_bytes: int | None = None, progress: Progress | None = None
+    ) -> RewriteReport:
         """Merge runs of small segments below the LSO into segments of ``segment.bytes``.
 
         Offsets never change; markers and aborted data are dropped. One log version swaps
         the runs for the merged segments, then a checkpoint is written. See
-        :mod:`txntable.maintenance.merge`.
+        :mod:`txntable.maintenance.merge`. ``progress`` is told the input bytes rewritten.
         """
         from txntable.maintenance.maintain import rewrite
 
-        return rewrite(self, compact=False, target_bytes=target_bytes)
+        return rewrite(self, compact=False, target_bytes=target_bytes, progress=progress)
 
     def compact(
-        self, force: bool = True, now: int | None = None, ignore_cleanup_policy: bool = False
+        self,
+        force: bool = True,
+        now: int | None = None,
+        ignore_cleanup_policy: bool = False,
+        progress: Progress | None = None,
     ) -> RewriteReport:
         """Key compaction (Kafka's log cleaner) below the LSO: keep the latest record per key.
 
         Tombstones (null values) go once ``delete.retention.ms`` has passed since a
         compaction first kept them. ``force=False`` skips partitions whose dirty ratio is
-        below ``min.cleanable.dirty.ratio``.
+        below ``min.cleanable.dirty.ratio``. ``progress`` is told the input bytes read by
+        each pass (``"keys"``, then ``"rewrite"``).
 
         Raises:
             PolicyViolationError: The table's ``cleanup.policy`` does not include
@@ -598,7 +658,7 @@ class Table:
                 "(or compact,delete), or pass ignore_cleanup_policy=True; optimize() merges "
                 "segments without dropping records"
             )
-        return rewrite(self, compact=True, now=now, force=force)
+        return rewrite(self, compact=True, now=now, force=force, progress=progress)
 
     def apply_retention(self, now: int | None = None) -> RetentionReport:
         """Advance log start offsets per ``retention.ms`` / ``retention.bytes``."""
@@ -612,15 +672,16 @@ class Table:
 
         return expire_producers(self, now)
 
-    def checkpoint(self) -> CheckpointReport:
-        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``).
+    def checkpoint(self, progress: Progress | None = None) -> CheckpointReport:
+        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``);
+        ``progress`` is told the entries written.
 
         Raises:
             StorageError: If the checkpoint or its hint could not be written.
         """
         from txntable.maintenance.maintain import checkpoint
 
-        return checkpoint(self)
+        return checkpoint(self, progress)
 
     def clean_log(self, now: int | None = None) -> LogCleanupReport:
         """Delete log versions and checkpoints older than the time-travel window."""
@@ -629,16 +690,21 @@ class Table:
         return clean_log(self, now)
 
     def maintain(
-        self, now: int | None = None, vacuum: bool = True, dry_run: bool = False
+        self,
+        now: int | None = None,
+        vacuum: bool = True,
+        dry_run: bool = False,
+        progress: Progress | None = None,
     ) -> MaintenanceReport:
         """Retention, producer expiry, compaction or merge, checkpoint, log cleanup and
-        vacuum, as the table's configuration says. See :mod:`txntable.maintenance.maintain`."""
+        vacuum, as the table's configuration says. See :mod:`txntable.maintenance.maintain`;
+        ``progress`` is told the steps done and the progress of each step."""
         from txntable.maintenance.maintain import maintain
 
-        return maintain(self, now, vacuum, dry_run)
+        return maintain(self, now, vacuum, dry_run, progress)
 
     def verify(
-        self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None
+        self, segments: bool = True, progress: Progress | None = None
     ) -> VerifyReport:
         """Replay the whole log and check every invariant of the spec (see
         :mod:`txntable.maintenance.verify`).

@@ -1,5 +1,6 @@
-"""Small helpers every layer shares: the wall clock (:func:`now_ms`) and retrying transient
-storage errors within a time limit (:func:`retry_transient`, the clients' one backoff loop).
+"""Small helpers every layer shares: the wall clock (:func:`now_ms`), retrying transient
+storage errors within a time limit (:func:`retry_transient`, the clients' one backoff loop)
+and the shape of a progress callback (:data:`Progress`).
 
 Only requests that are safe to repeat go through here: reads, idempotent appends (the log
 recognises a retried batch by its sequences), coordinator calls that resume their own
@@ -15,6 +16,9 @@ from typing import TypeVar
 from txntable.errors import KafkaTimeoutError, TransientStorageError
 
 T = TypeVar("T")
+#: What long operations report their progress to: ``(phase, done, total)``, in the phase's
+#: unit (``total`` 0: not known yet). Called from the operation's thread.
+Progress = Callable[[str, int, int], None]
 
 #: Errors worth retrying: a request whose outcome is unknown or that may succeed later.
 RETRIABLE: tuple[type[Exception], ...] = (TransientStorageError, OSError)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -16,6 +16,7 @@ from txntable.errors import (
     InvalidConfigurationError,
     ObjectExistsError,
     TableExistsError,
+    TableInUseError,
     TableNotFoundError,
 )
 from txntable.groups.describe import (
@@ -46,10 +47,13 @@ from txntable.storage.base import Store
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TransactionListing
 from txntable.txn.recovery import RecoveryReport, StuckTransactionFinisher, recover
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.verify import VerifyReport
+
+#: Objects deleted per request when a table is dropped (S3's DeleteObjects takes 1000).
+_DELETE_CHUNK = 1000
 
 
 class Warehouse:
@@ -234,6 +238,51 @@ class Warehouse:
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table
 
+    def drop_table(self, name: str, progress: Progress | None = None) -> int:
+        """Delete table ``name``: its log, its segments, everything stored under it (Kafka's
+        DeleteTopics; Delta's DROP TABLE of a managed table).
+
+        Version 0 goes first, so the table is gone at once for every new handle and for
+        :meth:`list_tables`; then every other object under the table's folder. A drop that
+        stopped part-way (a folder without version 0) is finished by calling it again.
+        Consumer groups keep their committed offsets for the table.
+
+        Args:
+            progress: Called with ``("delete", objects deleted, objects to delete)``.
+
+        Returns:
+            The number of objects deleted.
+
+        Raises:
+            TableNotFoundError: Nothing is stored under ``name``.
+            TableInUseError: A transaction is open on the table: finish it first
+                (``recover()`` or its timeout); nothing is deleted.
+        """
+        validate_table_name(name)
+        log = Log(self.store, name)
+        deleted = 0
+        if log.exists():
+            snap = Table(self.store, name, log).snapshot()
+            opened = sorted({t for p in snap.partitions for t in p.open_transaction_ids()})
+            if any(p.ongoing for p in snap.partitions):
+                raise TableInUseError(
+                    f"table {name!r} has open transactions ({', '.join(opened) or 'no ids'}): "
+                    "they must end (recover(), or their timeout) before it is dropped"
+                )
+            self.store.delete(log.version_key(0))
+            deleted = 1
+        keys = list(self.store.list(f"{name}/"))
+        if not keys and not deleted:
+            self.store.check_root()  # a missing bucket is reported as such
+            raise TableNotFoundError(f"no table {name!r} in {self.url}")
+        for start in range(0, len(keys), _DELETE_CHUNK):
+            chunk = keys[start : start + _DELETE_CHUNK]
+            self.store.delete_many(chunk)
+            if progress is not None:
+                progress("delete", start + len(chunk), len(keys))
+        self.store.prune(f"{name}/")
+        return deleted + len(keys)
+
     def list_tables(self) -> list[str]:
         """Names of the warehouse's tables."""
         # One delimited listing of the root, then one HEAD per candidate: never a listing of
@@ -261,7 +310,7 @@ class Warehouse:
         self,
         name: str,
         segments: bool = True,
-        progress: Callable[[str, int, int], None] | None = None,
+        progress: Progress | None = None,
     ) -> VerifyReport:
         """Check table ``name``'s log (see :meth:`Table.verify`), also when its version 0 is
         gone (a damaged table :meth:`table` refuses to open).
@@ -300,9 +349,7 @@ class Warehouse:
         """A group's committed and pending offsets with lag; ``None`` if it has none."""
         return describe_group(self.store, group_id)
 
-    def verify_group(
-        self, group_id: str, progress: Callable[[str, int, int], None] | None = None
-    ) -> VerifyReport:
+    def verify_group(self, group_id: str, progress: Progress | None = None) -> VerifyReport:
         """Check a consumer group's offset log like a table's (see :meth:`Table.verify`).
 
         Raises:

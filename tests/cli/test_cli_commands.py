@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke, ok
 
 from txntable import (
     Consumer,
@@ -18,7 +18,6 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.cli.main import cli
 from txntable.structs import ConsumerGroupMetadata
 
 
@@ -36,16 +35,6 @@ def left_open() -> Iterator[list[Producer]]:
     yield producers
     for p in producers:
         p.close(timeout=10)
-
-
-def invoke(*args: str, stdin: bytes | str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: bytes | str | None = None) -> str:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
 
 
 def records(url: str, *args: str) -> list[dict[str, object]]:
@@ -202,11 +191,15 @@ def test_consume_ranges(history: str) -> None:
     assert "expected earliest, latest or an offset, got 'soon'" in bad.stderr
 
 
+def group_values(url: str, *args: str) -> list[str]:
+    return ok("consume", url, "t", "-g", "g", "--format", "value", *args).splitlines()
+
+
 def test_consume_in_a_group_resumes_where_it_stopped(history: str) -> None:
-    assert values(history, "-g", "g", "-n", "2") == ["a", "b"]
-    assert values(history, "-g", "g", "--no-commit") == ["c", "d", "e"]
-    assert values(history, "-g", "g") == ["c", "d", "e"]
-    assert values(history, "-g", "g") == []
+    assert group_values(history, "-n", "2") == ["a", "b"]
+    assert group_values(history, "--no-commit") == ["c", "d", "e"]
+    assert group_values(history) == ["c", "d", "e"]
+    assert group_values(history) == []
     groups = json.loads(ok("groups", history, "--json"))
     (p0,) = [o for o in groups[0]["offsets"] if o["partition"] == 0]
     # Committed at the LSO: past the aborted batch and its marker; the open txn is lag.

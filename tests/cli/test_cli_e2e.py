@@ -89,7 +89,8 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     )
     assert [p.high_watermark for p in wh.table("orders").describe().partitions] == [4, 2]
 
-    # consume in a group (commits its position), then the group's offsets and lag
+    # consume in a group (joins it: generation 1; commits its position; leaves: generation
+    # 2), then the group's offsets and lag
     proc = run_cli("consume", url, "orders", "--json", "--group", "g1")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
@@ -112,14 +113,12 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     described_group = wh.describe_group("g1")
     assert described_group is not None
     commit_ts = described_group.offsets[0].commit_timestamp
-    # consume --group joined the group (generation 1: its fence is group-log version 1, its
-    # commit version 2) and left it when done (generation 2, no member).
     position = {"metadata": "", "generation": 1, "commit_timestamp": commit_ts,
                 "pending_producer_id": None, "log_start_offset": 0, "lag": 0}
     assert ok_json("groups", url, "--json") == [
         {
             "group_id": "g1",
-            "version": 2,
+            "version": 2,  # the fence of generation 1, then the commit
             "offsets": [
                 {"table": "orders", "partition": 0, "offset": 4, **position,
                  "high_watermark": 4, "last_stable_offset": 4},
@@ -187,6 +186,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 "segment_bytes": p1["segment_bytes"],
             },
         ],
+        "configuration": {},
     }
     assert idem_pid != etl_pid != stuck_pid
     assert p0["segment_bytes"] > 0 and p1["segment_bytes"] > 0
@@ -350,7 +350,7 @@ def test_colour_only_on_a_terminal(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txntable.cli.main", "describe", url, "t"],
+        [sys.executable, "-m", "txntable.cli", "describe", url, "t"],
         stdout=replica, stderr=replica, env=env,
     )
     os.close(replica)

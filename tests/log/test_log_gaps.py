@@ -142,9 +142,9 @@ def test_idle_refresh_costs_one_get_and_no_list(recording_store: RecordingStore)
 
 def test_version_as_of_beyond_the_newest_is_version_not_found(wh: Warehouse) -> None:
     table = table_at_version(wh, 4)
-    with pytest.raises(VersionNotFoundError, match=r"version 9.*available versions: \[0, 4\]"):
+    with pytest.raises(VersionNotFoundError, match=r"version 9.*available versions: 0\.\.4$"):
         table.snapshot_at(9)
-    with pytest.raises(VersionNotFoundError, match=r"version -1.*\[0, 4\]"):
+    with pytest.raises(VersionNotFoundError, match=r"version -1.*available versions: 0\.\.4$"):
         table.snapshot_at(-1)
     assert table.snapshot_at(4).version == 4
 

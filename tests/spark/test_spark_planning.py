@@ -658,7 +658,7 @@ def test_version_as_of_beyond_the_newest_names_the_range(mixed: TableWriter) -> 
     opts = _opts(mixed.warehouse, "orders", versionAsOf=str(newest + 5))
     with pytest.raises(
         VersionNotFoundError,
-        match=rf"cannot time travel to version {newest + 5}; available versions: \[0, {newest}\]",
+        match=rf"cannot time travel to version {newest + 5}; available versions: 0\.\.{newest}$",
     ):
         load_snapshot(opts)
 

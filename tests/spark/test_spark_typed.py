@@ -129,8 +129,10 @@ def test_column_selection_by_option_and_by_schema(spark: Any, lake: str) -> None
     by_schema = spark.read.format("txntable").schema("text string, offset bigint, partition int")
     # A given schema is Spark's to declare (nullable here); the values are the same.
     assert by_offset(by_schema.load(f"{lake}/t").toArrow()).to_pylist() == want.to_pylist()
-    with pytest.raises(Exception, match="not a column of the table"):
+    with pytest.raises(Exception, match="column text is string in the table, not bigint"):
         spark.read.format("txntable").schema("text bigint").load(f"{lake}/t").collect()
+    with pytest.raises(Exception, match="column nope of the given schema is not a column of"):
+        spark.read.format("txntable").schema("nope string").load(f"{lake}/t").collect()
     with pytest.raises(Exception, match="no column 'nope'"):
         spark.read.format("txntable").option("columns", "nope").load(f"{lake}/t").collect()
 

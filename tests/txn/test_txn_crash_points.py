@@ -7,7 +7,7 @@ crashed warehouse is made once per module and copied for every recovery variant:
 
 * ``init``: a new producer with the same transactional id calls ``init_transactions()``;
 * ``recover``: ``Warehouse.recover()`` (with ``now`` past the transaction timeout);
-* ``cli``: ``python -m txntable.cli.main recover WAREHOUSE`` in a subprocess.
+* ``cli``: ``python -m txntable.cli recover WAREHOUSE`` in a subprocess.
 
 Whatever the point, afterwards: a transaction that reached PrepareCommit is visible
 exactly once in both tables, any other ends aborted and invisible; no partition has an
@@ -316,7 +316,7 @@ def test_cli_recover(crashed, tmp_path: Path, point: str) -> None:
         wait = (meta.txn_start_timestamp + meta.timeout_ms + 50 - now_ms()) / 1000
         if wait > 0:
             time.sleep(wait)
-    proc = run_python(["-m", "txntable.cli.main", "recover", wh.url, "--json"])
+    proc = run_python(["-m", "txntable.cli", "recover", wh.url, "--json"])
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     key = {

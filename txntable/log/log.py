@@ -384,7 +384,7 @@ class Log:
                 newest = self.load().version
             except TxnTableError:
                 newest = None
-        available = "none" if newest is None else f"[0, {newest}]"
+        available = "none" if newest is None else f"0..{newest}"
         return VersionNotFoundError(
             f"{self.root}: cannot time travel to version {version}; available versions: {available}"
         )

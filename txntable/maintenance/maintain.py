@@ -42,8 +42,8 @@ from txntable.maintenance.retention import (
 from txntable.maintenance.vacuum import first_version_since, version_time
 from txntable.protocol.actions import MAINTENANCE_PROTOCOL_VERSION
 from txntable.protocol.schema import layout_of
-from txntable.protocol.snapshot import TableSnapshot
-from txntable.util import now_ms
+from txntable.protocol.snapshot import PartitionState, TableSnapshot
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.vacuum import VacuumReport
@@ -154,6 +154,7 @@ def rewrite(
     now: int | None = None,
     target_bytes: int | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> RewriteReport:
     """Merge (``compact=False``) or key-compact the table's partitions below their LSO.
 
@@ -164,6 +165,8 @@ def rewrite(
         now: Clock for tombstone horizons (tests).
         target_bytes: Output segment size (default: the table's ``segment.bytes``).
         force: Compact even below ``min.cleanable.dirty.ratio``.
+        progress: Told the input bytes read, phase ``"keys"`` (compaction's first pass,
+            per partition) and ``"rewrite"`` (per merged segment).
     """
     clock = now_ms() if now is None else now
     snap = table.snapshot()
@@ -172,16 +175,23 @@ def rewrite(
     target = cfg.segment_bytes if target_bytes is None else target_bytes
     report = RewriteReport()
     outputs = []
+    planned: list[tuple[PartitionState, list[MergeRun]]] = []
     for part in snap.partitions:
         if compact and not force and dirty_ratio(part) < cfg.min_cleanable_dirty_ratio:
             continue
         runs: list[MergeRun] = plan_groups(part, target, rewrite_all=compact)
-        if not runs:
-            continue
+        if runs:
+            planned.append((part, runs))
+    total = sum(run.input_bytes for _, runs in planned for run in runs)
+    indexed = 0
+    for part, runs in planned:
         compaction = None
         if compact:
             latest = latest_offsets(table.store, runs, layout)
             compaction = Compaction(latest, clock, cfg.delete_retention_ms)
+            indexed += sum(run.input_bytes for run in runs)
+            if progress is not None:
+                progress("keys", indexed, total)
         for run in runs:
             segment, kept, dropped = rewrite_run(
                 table.store,
@@ -198,6 +208,8 @@ def rewrite(
             report.records_dropped += dropped
             report.bytes_read += run.input_bytes
             report.bytes_written += segment.size
+            if progress is not None:
+                progress("rewrite", report.bytes_read, total)
     if not outputs:
         return report
     plan, version = table.commit(lambda s: plan_commit(s, outputs))
@@ -247,15 +259,23 @@ def expire_producers(table: Table, now: int | None = None) -> ExpiryReport:
 # --- checkpoints and log cleanup --------------------------------------------------------
 
 
-def checkpoint(table: Table) -> CheckpointReport:
+def checkpoint(table: Table, progress: Progress | None = None) -> CheckpointReport:
     """Write a checkpoint of the latest version now.
+
+    Args:
+        progress: Told phase ``"write"`` in entries: none before, all once written (one
+            object: nothing in between).
 
     Raises:
         StorageError: If the checkpoint or its hint could not be written.
     """
     snap = table.snapshot()
-    written = table.log.write_checkpoint(snap, strict=True)
     listing_size = sum(len(p.entries) for p in snap.partitions)
+    if progress is not None:
+        progress("write", 0, listing_size)
+    written = table.log.write_checkpoint(snap, strict=True)
+    if progress is not None:
+        progress("write", listing_size, listing_size)
     return CheckpointReport(snap.version, written, listing_size)
 
 
@@ -325,7 +345,11 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
 
 
 def maintain(
-    table: Table, now: int | None = None, vacuum: bool = True, dry_run: bool = False
+    table: Table,
+    now: int | None = None,
+    vacuum: bool = True,
+    dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> MaintenanceReport:
     """Run every maintenance step the table's configuration calls for, in order.
 
@@ -335,6 +359,8 @@ def maintain(
     (``vacuum``) deletion of segment files no version in the retention window references.
     A step that fails is reported and the next still runs.
     ``dry_run`` only reports what vacuum would delete and skips the other steps.
+    ``progress`` is told phase ``"steps"`` (steps done) and the phases of the steps that
+    report theirs.
     """
     from txntable.maintenance.vacuum import vacuum as run_vacuum
 
@@ -347,20 +373,27 @@ def maintain(
             ("decided", lambda: table.finish_decided_transactions(clock)),
             ("retention", lambda: apply_retention(table, clock)),
             ("expiry", lambda: expire_producers(table, clock)),
-            ("rewrite", lambda: rewrite(table, compact=cfg.compact, now=clock)),
-            ("checkpoint", lambda: checkpoint(table)),
+            ("rewrite", lambda: rewrite(table, cfg.compact, clock, progress=progress)),
+            ("checkpoint", lambda: checkpoint(table, progress)),
             ("log_cleanup", lambda: clean_log(table, clock)),
         ]
     if vacuum:
         steps.append(
-            ("vacuum", lambda: run_vacuum(table, cfg.version_retention_ms, dry_run, clock))
+            (
+                "vacuum",
+                lambda: run_vacuum(table, cfg.version_retention_ms, dry_run, clock, progress),
+            )
         )
-    for name, step in steps:
+    for done, (name, step) in enumerate(steps):
+        if progress is not None:
+            progress("steps", done, len(steps))
         try:
             setattr(report, name, step())
         except TxnTableError as e:
             _log.warning("maintenance of %s: %s failed: %s", table.name, name, e)
             report.errors.append(f"{name}: {type(e).__name__}: {e}")
+    if progress is not None:
+        progress("steps", len(steps), len(steps))
     return report
 
 

@@ -29,7 +29,7 @@ from txntable.protocol.sequencing import AppendOp, Intent
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 #: Delta's default: a week, far beyond any delivery timeout or Spark job.
 RETENTION_MS_DEFAULT = config.VERSION_RETENTION_MS_DEFAULT
@@ -38,6 +38,8 @@ RETENTION_MS_MIN = config.VERSION_RETENTION_MS_MIN
 #: How far vacuum's clock may run ahead of the store's: every millisecond of it shortens the
 #: time a segment written just now (by a clock near the store's) is safe from deletion.
 CLOCK_AHEAD_MAX_MS = 5 * 60 * 1000
+#: Listed files between two progress reports.
+_PROGRESS_EVERY = 1000
 
 
 @dataclass
@@ -54,8 +56,13 @@ def vacuum(
     retention_ms: int = RETENTION_MS_DEFAULT,
     dry_run: bool = False,
     now: int | None = None,
+    progress: Progress | None = None,
 ) -> VacuumReport:
     """Delete ``table``'s unreferenced segment files older than ``retention_ms``.
+
+    Args:
+        progress: Told phase ``"list"`` (files listed, total unknown) then ``"delete"``
+            (files deleted of those to delete; not in a dry run).
 
     Raises:
         InvalidConfigurationError: ``retention_ms`` is below one hour, or (unless
@@ -92,7 +99,10 @@ def vacuum(
         table.store, table.name, snap.metadata.tableId, clock - retention_ms
     )
     report = VacuumReport(referenced=len(referenced))
-    for key in table.store.list(data_dir(table.name)):
+    listed = 0
+    for listed, key in enumerate(table.store.list(data_dir(table.name)), 1):
+        if progress is not None and listed % _PROGRESS_EVERY == 0:
+            progress("list", listed, 0)
         if key in referenced:
             continue
         created = segment_created_ms(key)
@@ -100,8 +110,14 @@ def vacuum(
             report.undated.append(key)
         elif clock - created > retention_ms:
             report.deleted.append(key)
-            if not dry_run:
-                table.store.delete(key)
+    if progress is not None:
+        progress("list", listed, listed)
+    if dry_run:
+        return report
+    for deleted, key in enumerate(report.deleted, 1):
+        table.store.delete(key)
+        if progress is not None:
+            progress("delete", deleted, len(report.deleted))
     return report
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import functools
-import json
 import math
 import re
 import zoneinfo
@@ -147,7 +146,9 @@ def field_from_json(f: Field) -> pa.Field:
     elif (m := _DECIMAL.match(name)) and not kids:
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38:
-            raise SchemaMismatchError(f"column {f.name!r}: decimal precision {precision}")
+            raise SchemaMismatchError(
+                f"column {f.name!r}: decimal precision {precision} is not in 1..38"
+            )
         if not 0 <= scale <= precision:
             # Parquet's and Spark's rule; Arrow alone would take any scale.
             raise SchemaMismatchError(
@@ -166,9 +167,7 @@ def field_from_json(f: Field) -> pa.Field:
     elif name == "struct" and kids:
         t = pa.struct([field_from_json(k) for k in kids])
     else:
-        raise SchemaMismatchError(
-            f"column {f.name!r}: type {f.type!r} with {len(kids)} children is not allowed"
-        )
+        raise SchemaMismatchError(f"column {f.name!r}: {_type_problem(f)}")
     return pa.field(f.name, t, f.nullable)
 
 
@@ -192,6 +191,35 @@ def _check_zone(zone: str, column: str) -> None:
             f"column {column!r}: unknown time zone {zone!r} (an IANA name such as "
             "'Europe/Paris' or 'UTC', or an offset such as '+05:30')"
         ) from None
+
+
+#: The type names of the JSON form (``children`` give a nested type's fields).
+TYPE_NAMES = (
+    *PRIMITIVES,
+    "decimal(P,S)",
+    "timestamp(UNIT)",
+    "timestamp(UNIT,TZ)",
+    "list",
+    "map",
+    "struct",
+)
+#: What each nested type takes as ``children``.
+_CHILDREN = {
+    "list": "one child (its element)",
+    "map": "two children (key, not nullable, and value)",
+    "struct": "one child or more (its fields)",
+}
+
+
+def _type_problem(f: Field) -> str:
+    """Why ``field_from_json`` refused ``f``'s type, in words."""
+    name = f.type.replace(" ", "")
+    if name in _CHILDREN:
+        return f"a {name} takes {_CHILDREN[name]}; got {len(f.children)}"
+    known = name in PRIMITIVES or _DECIMAL.match(name) or _TIMESTAMP.match(name)
+    if known:
+        return f"{f.type!r} takes no children; got {len(f.children)}"
+    return f"unknown type {f.type!r}; allowed: {', '.join(TYPE_NAMES)}"
 
 
 def schema_to_json(schema: pa.Schema) -> tuple[Field, ...]:
@@ -1077,130 +1105,3 @@ def typed_record_sizes(table: pa.Table) -> np.ndarray:
         else:
             sizes += max(1, column.nbytes // n)
     return sizes
-
-
-# --- JSON records (the CLI's input and output) ------------------------------------------------
-
-
-def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes]) -> Any:
-    """A JSON value as the Python value ``send`` takes for type ``t``: ISO-8601 text for
-    dates and timestamps (or integers of the unit), text or numbers for decimals, text in
-    the CLI's encoding for binary; lists, objects and ``null`` as they are.
-
-    Raises:
-        ValueError: A value that cannot be read as ``t``.
-    """
-    if v is None:
-        return None
-    if pa.types.is_binary(t):
-        if not isinstance(v, str):
-            raise ValueError(f"expected text for a binary value, got {type(v).__name__}")
-        return decode_binary(v)
-    if pa.types.is_date(t) and isinstance(v, str):
-        return datetime.date.fromisoformat(v)
-    if pa.types.is_timestamp(t) and isinstance(v, str):
-        parsed = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
-        if t.tz is not None and parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=datetime.UTC)
-        return parsed
-    if pa.types.is_decimal(t) and isinstance(v, str | int | float) and not isinstance(v, bool):
-        return decimal.Decimal(str(v))
-    if pa.types.is_list(t) and isinstance(v, list):
-        return [value_from_json(x, t.value_type, decode_binary) for x in v]
-    if pa.types.is_map(t) and isinstance(v, dict):
-        return [
-            (_map_key_from_json(k, t.key_type, decode_binary),
-             value_from_json(x, t.item_type, decode_binary))
-            for k, x in v.items()
-        ]  # fmt: skip
-    if pa.types.is_map(t) and isinstance(v, list):  # [[key, value], ...]
-        pairs = []
-        for pair in v:
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise ValueError(f"a map entry must be a [key, value] pair, got {pair!r:.40}")
-            pairs.append(
-                (value_from_json(pair[0], t.key_type, decode_binary),
-                 value_from_json(pair[1], t.item_type, decode_binary))
-            )  # fmt: skip
-        return pairs
-    if pa.types.is_struct(t) and isinstance(v, dict):
-        fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
-        return {
-            k: value_from_json(x, fields[k], decode_binary) if k in fields else x
-            for k, x in v.items()
-        }
-    return v
-
-
-def _map_key_from_json(
-    text: str, t: pa.DataType, decode_binary: Callable[[str], bytes]
-) -> Any:
-    """A key of a JSON object given for a map (JSON keys are text): numbers and booleans
-    as their JSON text (``"7"``, ``"true"``), any other type as :func:`value_from_json`
-    reads text."""
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            raise ValueError(f"map key {text!r} is not a {t}") from None
-    return value_from_json(text, t, decode_binary)
-
-
-def record_from_json(
-    obj: Mapping[str, Any], layout: TypedLayout, decode_binary: Callable[[str], bytes]
-) -> dict[str, Any]:
-    """A JSON object's user columns as a record for ``send`` (unknown names are kept, for
-    ``send`` to refuse by name).
-
-    Raises:
-        ValueError: A value that cannot be read as its column's type (the message names it).
-    """
-    out: dict[str, Any] = {}
-    for name, v in obj.items():
-        if name in layout.schema.names:
-            try:
-                out[name] = value_from_json(v, layout.schema.field(name).type, decode_binary)
-            except (ValueError, TypeError, decimal.InvalidOperation) as e:
-                raise ValueError(f"column {name!r}: {e}") from None
-        else:
-            out[name] = v
-    return out
-
-
-def value_to_json(v: Any, t: pa.DataType, encode_binary: Callable[[bytes], str]) -> Any:
-    """A value read from a column of type ``t`` of a typed table as JSON (the CLI's output,
-    what :func:`value_from_json` reads back): dates and timestamps as ISO-8601, decimals as
-    text, binary as ``encode_binary`` writes it, a map as an object (keys as text: numbers
-    and booleans as their JSON) or, when its keys are not text, numbers, booleans, dates,
-    timestamps or decimals, as ``[key, value]`` pairs."""
-    if v is None:
-        return None
-    if pa.types.is_binary(t):
-        return encode_binary(v)
-    if isinstance(v, datetime.date | datetime.datetime):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if pa.types.is_list(t):
-        return [value_to_json(x, t.value_type, encode_binary) for x in v]
-    if pa.types.is_struct(t):
-        fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
-        return {k: value_to_json(x, fields[k], encode_binary) for k, x in v.items()}
-    if pa.types.is_map(t):
-        pairs = [
-            (value_to_json(k, t.key_type, encode_binary),
-             value_to_json(x, t.item_type, encode_binary))
-            for k, x in v
-        ]  # fmt: skip
-        if pa.types.is_nested(t.key_type):
-            return [list(p) for p in pairs]
-        return {k if isinstance(k, str) else json.dumps(k): x for k, x in pairs}
-    return v
-
-
-def record_to_json(
-    value: Mapping[str, Any], layout: TypedLayout, encode_binary: Callable[[bytes], str]
-) -> dict[str, Any]:
-    """A typed record's columns as JSON (:func:`value_to_json` per column)."""
-    schema = layout.schema
-    return {k: value_to_json(v, schema.field(k).type, encode_binary) for k, v in value.items()}

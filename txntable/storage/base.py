@@ -156,6 +156,10 @@ class Store(abc.ABC):
         """
         return self.get(key).data
 
+    def prune(self, prefix: str) -> None:  # noqa: B027 - optional hook
+        """Remove what the backend keeps of a folder whose objects were all deleted (local
+        disk: its empty directories); object stores keep nothing."""
+
     def list_children(self, prefix: str = "") -> Iterator[str]:
         """Names one level below ``prefix`` (a ``/``-terminated folder or ``""``), sorted.
 
@@ -241,6 +245,9 @@ class StoreWrapper(Store):
 
     def list_children(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_children(prefix)
+
+    def prune(self, prefix: str) -> None:
+        self.inner.prune(prefix)
 
     def put_data_file(self, key: str, data: bytes) -> None:
         self.inner.put_data_file(key, data)

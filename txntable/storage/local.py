@@ -200,3 +200,11 @@ class LocalStore(Store):
             os.unlink(self._path(key))
         except FileNotFoundError:
             pass
+
+    def prune(self, prefix: str) -> None:
+        top = os.path.join(self.root, *prefix.rstrip("/").split("/"))
+        for path, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(path)  # only if empty: a file written meanwhile stays
+            except OSError:
+                pass
