@@ -12,7 +12,6 @@ import pytest
 from cliutil import invoke, ok
 
 from txntable import (
-    Consumer,
     OffsetAndMetadata,
     Producer,
     TopicPartition,
@@ -206,34 +205,6 @@ def test_consume_in_a_group_resumes_where_it_stopped(history: str) -> None:
     assert (p0["offset"], p0["last_stable_offset"], p0["high_watermark"], p0["lag"]) == (
         7, 7, 8, 1,
     )
-
-
-def test_consume_with_a_group_joins_it(history: str) -> None:
-    # As kafka-console-consumer: --group without --partition subscribes, commits as a
-    # member of its generation, and leaves the group when done.
-    assert ok("consume", history, "t", "--format", "value", "-g", "j").splitlines() == [
-        "a", "b", "c", "d", "e",
-    ]
-    described = Warehouse(history).describe_group("j")
-    assert described is not None
-    assert (described.generation, described.members) == (2, ())  # joined 1, left 2
-    assert [(o.partition, o.offset, o.generation) for o in described.offsets] == [(0, 7, 1)]
-
-
-def test_consume_of_a_partition_cannot_commit_over_a_live_group(history: str) -> None:
-    wh = Warehouse(history)
-    tp = TopicPartition("t", 0)
-    member = Consumer(wh, group_id="live", heartbeat_interval_ms=50)
-    member.subscribe(["t"])
-    while tp not in member.assignment():
-        member.poll(10)
-    member.commit({tp: OffsetAndMetadata(3)})
-
-    result = invoke("consume", history, "t", "-p", "0", "-g", "live", "--format", "value")
-
-    assert result.exit_code == 1 and "CommitFailedError" in result.stderr, result.stderr
-    assert member.committed(tp) == OffsetAndMetadata(3)
-    member.close()
 
 
 def test_follow_stops_after_the_idle_timeout(history: str) -> None:

@@ -60,6 +60,7 @@ def live_member(lake: str) -> Iterator[Consumer]:
         auto_offset_reset="earliest",
         heartbeat_interval_ms=100,
         session_timeout_ms=10_000,
+        enable_auto_commit=False,
     )
     member.subscribe(["t"])
     member.poll(0)

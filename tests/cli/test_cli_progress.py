@@ -44,7 +44,7 @@ def lake(tmp_path: Path) -> str:
         (["compact"], r"compact t: keys .* KiB/.* KiB"),
         (["checkpoint"], r"checkpoint of t: write .* 3/3 entries"),  # 3 batches
         (["vacuum", "--retention-hours", "1"], r"vacuum of t: delete .* 1/1 files"),
-        (["maintain"], r"maintain t: steps .* 6/6 steps"),
+        (["maintain"], r"maintain t: steps .* 7/7 steps"),
         (["consume"], r"consume t: read .* \d+/15 offsets"),
         (["drop", "--yes"], r"dropping t: delete .* \d+/\d+ objects"),
     ],
