@@ -1,23 +1,32 @@
 """Producer throughput against baselines measured in the same run on the same data.
 
-1M records (16 B keys, 100 B random values), 8 partitions, 10 transactions, local disk:
+Three shapes of data, 8 partitions, 10 transactions, local disk; for each, one
+``Producer.send_batch`` per transaction against ``deltalake.write_deltalake`` appends of the
+same Arrow table (one per transaction), both writers handed the very same table:
 
-- ``send_batch``: one ``Producer.send_batch`` per transaction, against
-  ``deltalake.write_deltalake`` appends of the same Arrow data (one per transaction) and
-  ``pyarrow.parquet.write_table`` of the same data (one file per transaction and partition,
-  zstd, like the segments);
-- ``send()``: one ``Producer.send`` per record, default configuration, against a plain
-  Python loop that builds the same columns (key, value, timestamp lists, then one Arrow
-  table).
+- ``segment``: 1M records given in the segment schema (16 B random keys, 100 B random
+  values, empty headers, one timestamp) — the producer's own layout, nothing to convert;
+- ``kv``: 400k records as a user hands them over, a table of just ``key`` and ``value``
+  (16 B keys, 100 B random values);
+- ``text``: the same with compressible values, 100 B of JSON-like text (the common case).
+
+``pq.write_table`` of the same rows split by partition (zstd, like the segments) runs
+alongside for the ``segment`` shape: the cost of the Parquet encoding alone.
+
+Per record: ``Producer.send()`` per record (default configuration) against a plain Python
+loop that appends each key and value to a list and builds one Arrow table (no timestamp
+call per record: what a caller building the columns does).
 
 Cases run interleaved (every round runs each case once, in turn) and the medians are
-printed with the ratios. Run: ``python bench/produce.py [--records 1000000] [--rounds 5]``
-(needs the ``bench`` extra: ``pip install -e '.[bench]'``).
+printed with the ratios (throughput, > 1: txntable is faster). Run:
+``python bench/produce.py [--rounds 5] [--shapes segment,kv,text] [--no-send]``
+(needs the ``bench`` extra, delta-rs: ``pip install -e '.[bench]'``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -26,6 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txntable import Producer, Warehouse
@@ -34,28 +44,69 @@ from txntable.protocol.records import SEGMENT_SCHEMA
 
 PARTITIONS = 8
 TXNS = 10
+KEY_BYTES = 16
+VALUE_BYTES = 100
 
 
-def make_data(records: int, seed: int = 7) -> pa.Table:
-    """Random 16 B keys and 100 B values, one timestamp, in the segment schema."""
-    rng = np.random.default_rng(seed)
-    keys = rng.integers(0, 256, size=(records, 16), dtype=np.uint8).tobytes()
-    values = rng.integers(0, 256, size=(records, 100), dtype=np.uint8).tobytes()
+def _fixed_binary(buf: bytes, records: int, width: int) -> pa.Array:
+    offsets = pa.py_buffer((np.arange(records + 1, dtype=np.int32) * width).tobytes())
+    return pa.Array.from_buffers(pa.binary(), records, [None, offsets, pa.py_buffer(buf)])
 
-    def binary(buf: bytes, width: int) -> pa.Array:
-        offsets = pa.py_buffer((np.arange(records + 1, dtype=np.int32) * width).tobytes())
-        return pa.Array.from_buffers(pa.binary(), records, [None, offsets, pa.py_buffer(buf)])
 
-    now = int(time.time() * 1000)
-    return pa.table(
-        {
-            "key": binary(keys, 16),
-            "value": binary(values, 100),
-            "headers": pa.array([[]] * records, SEGMENT_SCHEMA.field("headers").type),
-            "timestamp": pa.array(np.full(records, now), pa.timestamp("ms", tz="UTC")),
-        },
-        schema=SEGMENT_SCHEMA,
+def random_keys(records: int, rng: np.random.Generator) -> pa.Array:
+    return _fixed_binary(
+        rng.integers(0, 256, size=(records, KEY_BYTES), dtype=np.uint8).tobytes(),
+        records,
+        KEY_BYTES,
     )
+
+
+def random_values(records: int, rng: np.random.Generator) -> pa.Array:
+    return _fixed_binary(
+        rng.integers(0, 256, size=(records, VALUE_BYTES), dtype=np.uint8).tobytes(),
+        records,
+        VALUE_BYTES,
+    )
+
+
+EVENTS = ["click", "view", "purchase", "add_to_cart", "search", "logout"]
+COUNTRIES = ["DE", "FR", "US", "GB", "IN", "BR", "JP", "NL"]
+
+
+def text_values(records: int, rng: np.random.Generator) -> pa.Array:
+    """100 B of JSON-like text per record: repeated field names, a few small vocabularies,
+    random ids — what an event stream's values look like (zstd shrinks them ~3x)."""
+    users = rng.integers(0, 1_000_000, records)
+    events = rng.integers(0, len(EVENTS), records)
+    countries = rng.integers(0, len(COUNTRIES), records)
+    pages = rng.integers(0, 10_000, records)
+    out = []
+    for i in range(records):
+        s = (
+            f'{{"user":{users[i]},"event":"{EVENTS[events[i]]}",'
+            f'"country":"{COUNTRIES[countries[i]]}","page":"/p/{pages[i]}","ok":true}}'
+        )
+        out.append(s.ljust(VALUE_BYTES)[:VALUE_BYTES].encode())
+    return pa.array(out, pa.binary())
+
+
+def make_data(shape: str, records: int, seed: int = 7) -> pa.Table:
+    """The table both writers are given for ``shape`` (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    keys = random_keys(records, rng)
+    if shape == "segment":
+        now = int(time.time() * 1000)
+        return pa.table(
+            {
+                "key": keys,
+                "value": random_values(records, rng),
+                "headers": pa.array([[]] * records, SEGMENT_SCHEMA.field("headers").type),
+                "timestamp": pa.array(np.full(records, now), pa.timestamp("ms", tz="UTC")),
+            },
+            schema=SEGMENT_SCHEMA,
+        )
+    values = random_values(records, rng) if shape == "kv" else text_values(records, rng)
+    return pa.table({"key": keys, "value": values})
 
 
 def slices(data: pa.Table) -> list[pa.Table]:
@@ -82,14 +133,12 @@ def run_deltalake(root: str, data: pa.Table) -> None:
 
 
 def run_parquet(root: str, data: pa.Table) -> None:
-    import os
-
     for t, part in enumerate(slices(data)):
         # The same split as the segments: rows grouped by their partition.
         partition = pa.array(partitions_for_keys(part.column("key"), PARTITIONS))
         for p in range(PARTITIONS):
             os.makedirs(f"{root}/pq/{p}", exist_ok=True)
-            rows = part.filter(pa.compute.equal(partition, p))
+            rows = part.filter(pc.equal(partition, p))
             pq.write_table(rows, f"{root}/pq/{p}/{t}.parquet", compression="zstd")
 
 
@@ -111,18 +160,10 @@ def run_loop(root: str, keys: list[bytes], values: list[bytes]) -> None:
     """What a caller does to build the same columns itself: append per record, one table."""
     out_keys: list[bytes] = []
     out_values: list[bytes] = []
-    stamps: list[int] = []
     for i in range(len(keys)):
         out_keys.append(keys[i])
         out_values.append(values[i])
-        stamps.append(int(time.time() * 1000))
-    pa.table(
-        {
-            "key": pa.array(out_keys, pa.binary()),
-            "value": pa.array(out_values, pa.binary()),
-            "timestamp": pa.array(stamps, pa.timestamp("ms", tz="UTC")),
-        }
-    )
+    pa.table({"key": pa.array(out_keys, pa.binary()), "value": pa.array(out_values, pa.binary())})
 
 
 def timed(fn: Callable[[str], None]) -> float:
@@ -136,37 +177,55 @@ def timed(fn: Callable[[str], None]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=1_000_000)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="segment shape")
+    parser.add_argument("--kv-records", type=int, default=400_000, help="kv and text shapes")
+    parser.add_argument("--send-records", type=int, default=400_000, help="send() vs loop")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--cases", default="send_batch,deltalake,parquet,send,loop")
+    parser.add_argument("--shapes", default="segment,kv,text")
+    parser.add_argument("--no-parquet", action="store_true", help="skip pq.write_table")
+    parser.add_argument("--no-send", action="store_true", help="skip send() vs loop")
     args = parser.parse_args()
-    data = make_data(args.records)
-    keys = data.column("key").to_pylist()
-    values = data.column("value").to_pylist()
-    cases: dict[str, Callable[[str], None]] = {
-        "send_batch": lambda root: run_send_batch(root, data),
-        "deltalake": lambda root: run_deltalake(root, data),
-        "parquet": lambda root: run_parquet(root, data),
-        "send": lambda root: run_send(root, keys, values),
-        "loop": lambda root: run_loop(root, keys, values),
-    }
-    chosen = args.cases.split(",")
-    times: dict[str, list[float]] = {name: [] for name in chosen}
+
+    cases: dict[str, Callable[[str], None]] = {}
+    records: dict[str, int] = {}
+    pairs: list[tuple[str, str]] = []
+    for shape in args.shapes.split(","):
+        n = args.records if shape == "segment" else args.kv_records
+        data = make_data(shape, n)
+        mb = (data.column("key").nbytes + data.column("value").nbytes) / 1e6
+        print(f"{shape}: {n:,} records, {mb:.0f} MB of keys and values, {data.column_names}")
+        cases[f"send_batch[{shape}]"] = lambda root, d=data: run_send_batch(root, d)
+        cases[f"deltalake[{shape}]"] = lambda root, d=data: run_deltalake(root, d)
+        pairs.append((f"send_batch[{shape}]", f"deltalake[{shape}]"))
+        if shape == "segment" and not args.no_parquet:
+            cases[f"parquet[{shape}]"] = lambda root, d=data: run_parquet(root, d)
+            pairs.append((f"send_batch[{shape}]", f"parquet[{shape}]"))
+        for name in list(cases):
+            records.setdefault(name, n)
+    if not args.no_send:
+        data = make_data("kv", args.send_records)
+        keys = data.column("key").to_pylist()
+        values = data.column("value").to_pylist()
+        cases["send"] = lambda root: run_send(root, keys, values)
+        cases["loop"] = lambda root: run_loop(root, keys, values)
+        records["send"] = records["loop"] = args.send_records
+        pairs.append(("send", "loop"))
+
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for r in range(args.rounds):
-        for name in chosen:
-            times[name].append(timed(cases[name]))
-        print(f"round {r + 1}: " + "  ".join(f"{n} {times[n][-1]:.2f}s" for n in chosen))
-    rate = {n: args.records / statistics.median(times[n]) for n in chosen}
-    print(f"\n{args.records:,} records, {PARTITIONS} partitions, {TXNS} transactions, "
-          f"median of {args.rounds} interleaved rounds")  # fmt: skip
-    print(f"{'case':<12}{'records/s':>14}{'median s':>10}")
-    for n in chosen:
-        print(f"{n:<12}{rate[n]:>14,.0f}{statistics.median(times[n]):>10.3f}")
-    pairs = [("send_batch", "deltalake"), ("send_batch", "parquet"), ("send", "loop")]
+        for name, fn in cases.items():
+            times[name].append(timed(fn))
+        print(f"round {r + 1}: " + "  ".join(f"{n} {times[n][-1]:.2f}s" for n in cases), flush=True)
+    median = {n: statistics.median(ts) for n, ts in times.items()}
+    rate = {n: records[n] / median[n] for n in cases}
+    print(f"\n{PARTITIONS} partitions, {TXNS} transactions, median of {args.rounds} "
+          f"interleaved rounds; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(f"{'case':<22}{'records':>10}{'records/s':>14}{'median s':>10}")
+    for n in cases:
+        print(f"{n:<22}{records[n]:>10,}{rate[n]:>14,.0f}{median[n]:>10.3f}")
     for a, b in pairs:
-        if a in rate and b in rate:
-            print(f"{a} / {b}: {rate[a] / rate[b]:.2f}x")
+        print(f"{a} / {b}: {rate[a] / rate[b]:.2f}x")
 
 
 if __name__ == "__main__":
