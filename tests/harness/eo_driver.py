@@ -17,13 +17,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eo_chaos import ChaosConfig, set_outage
-from eo_checker import Report, check, collect, load_journals
+from eo_checker import JournalReader, Report, check, collect, journal_name
 
 from txntable import Warehouse
 from txntable.storage import open_store
@@ -32,6 +33,19 @@ HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "eo_workers.py"
 TABLES = {"t0": 3, "t1": 2, "t2": 2}
 CTP_TABLE, CTP_PARTITIONS, CTP_GROUP = "ctp", 3, "ctp-group"
+#: Every fault kind, as the checker counts them (``History.faults``); ``zombie_fenced``: a
+#: zombie that exited fenced.
+FAULT_KINDS = (
+    "sigkill",
+    "zombie",
+    "zombie_fenced",
+    "outage",
+    "store_before",
+    "store_after",
+    "store_late",
+    "store_slow",
+    "txn_stall",
+)
 
 
 @dataclass
@@ -57,9 +71,11 @@ class HarnessConfig:
     #: A SparkSession with the txntable source registered: the Spark source reads too.
     spark: Any = None
     #: Keep running past ``duration_s`` until the transactional workers ended this many
-    #: transactions with a commit and at least one with an abort (a run sized by work, not
-    #: by time, so a slow machine still checks enough history) ...
+    #: transactions with a commit and at least one with an abort, every worker kind made
+    #: progress and every fault kind in ``require_faults`` happened (a run sized by work,
+    #: not by time, so a slow machine still checks enough history) ...
     min_commits: int = 0
+    require_faults: tuple[str, ...] = ()
     #: ... but never longer than this.
     max_duration_s: float = 600.0
 
@@ -70,7 +86,12 @@ class Slot:
     index: int
     proc: subprocess.Popen[bytes] | None = None
     inc: int = 0
-    zombies: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Paused-then-resumed predecessors, with their incarnation numbers.
+    zombies: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    @property
+    def journal(self) -> str:
+        return journal_name(self.role, self.index, self.inc)
 
 
 class Driver:
@@ -83,6 +104,7 @@ class Driver:
         self.outage_file = str(cfg.workdir / "outage")
         self.slots: list[Slot] = []
         self.driver_journal = open(self.journals / "driver.jsonl", "a")  # noqa: SIM115
+        self.reader = JournalReader(self.journals)
 
     def note(self, **entry: Any) -> None:
         self.driver_journal.write(json.dumps({**entry, "ts": round(time.time(), 3)}) + "\n")
@@ -100,7 +122,7 @@ class Driver:
             "chaos": chaos,
             "seed": self.cfg.seed * 1000 + slot.index * 100 + slot.inc,
             "stop_file": self.stop_file,
-            "journal": str(self.journals / f"{slot.role}-{slot.index}-{slot.inc}.jsonl"),
+            "journal": str(self.journals / f"{slot.journal}.jsonl"),
         }
         if slot.role == "txn":
             cfg["tid"] = f"tx{slot.index}"
@@ -114,7 +136,7 @@ class Driver:
         return cfg
 
     def start(self, slot: Slot) -> subprocess.Popen[bytes]:
-        log = open(self.cfg.workdir / f"{slot.role}-{slot.index}-{slot.inc}.log", "wb")  # noqa: SIM115
+        log = open(self.cfg.workdir / f"{slot.journal}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, str(WORKERS), json.dumps(self.worker_cfg(slot))],
             stdout=log,
@@ -148,42 +170,50 @@ class Driver:
             self.start(slot)
 
     def fault(self) -> None:
-        kinds = ["kill", "kill", "zombie"] + (["outage"] if self.cfg.outages else [])
-        kind = self.rng.choice(kinds)
-        victims = [s for s in self.slots if s.role in ("txn", "idem", "ctp")]
+        # Every random draw is made up front, whatever the fault turns out to hit, so the
+        # same seed replays the same schedule (``run_long.py --seed N``).
+        rng = self.rng
+        kind = rng.choice(["kill", "kill", "zombie"] + (["outage"] if self.cfg.outages else []))
+        pick, outage_s, kill_delay_s, pause_s = (
+            rng.random(),
+            rng.uniform(1.0, 4.0),
+            rng.uniform(0, 0.5),
+            rng.uniform(1.0, 3.0),
+        )
         if kind == "outage":
-            seconds = self.rng.uniform(1.0, 4.0)
-            set_outage(self.outage_file, seconds)
-            self.note(e="driver_fault", kind="outage", seconds=round(seconds, 2))
+            set_outage(self.outage_file, outage_s)
+            self.note(e="driver_fault", kind="outage", seconds=round(outage_s, 2))
             return
-        if kind == "zombie":
-            victims = [s for s in victims if s.role in ("txn", "ctp")]
+        roles = ("txn", "ctp") if kind == "zombie" else ("txn", "idem", "ctp")
+        victims = [s for s in self.slots if s.role in roles]
         if not victims:
             return
-        slot = self.rng.choice(victims)
+        slot = victims[int(pick * len(victims))]
         proc = slot.proc
         assert proc is not None
         if proc.poll() is not None:
             return
         if kind == "kill":
-            time.sleep(self.rng.uniform(0, 0.5))
+            time.sleep(kill_delay_s)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             self.note(e="driver_fault", kind="sigkill", role=slot.role, slot=slot.index)
             self.restart(slot)
         else:
             proc.send_signal(signal.SIGSTOP)
-            self.note(e="driver_fault", kind="zombie", role=slot.role, slot=slot.index)
-            slot.zombies.append(proc)
+            self.note(
+                e="driver_fault", kind="zombie", role=slot.role, slot=slot.index, inc=slot.inc
+            )
+            slot.zombies.append((slot.inc, proc))
             self.restart(slot)  # the successor initialises with the same transactional id
-            time.sleep(self.rng.uniform(1.0, 3.0))
+            time.sleep(pause_s)
             proc.send_signal(signal.SIGCONT)
 
     def supervise(self) -> None:
         """Restart workers that exited on their own (fenced, or a fatal error)."""
         for slot in self.slots:
             if slot.proc is not None and slot.proc.poll() is not None:
-                self.note(e="exited", role=slot.role, slot=slot.index, code=slot.proc.returncode)
+                self.note(e="exited", journal=slot.journal, code=slot.proc.returncode)
                 self.restart(slot)
 
     def wait_started(self, timeout: float = 90) -> None:
@@ -191,9 +221,7 @@ class Driver:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             self.supervise()
-            started = [
-                (self.journals / f"{s.role}-{s.index}-{s.inc}.jsonl").exists() for s in self.slots
-            ]
+            started = [(self.journals / f"{s.journal}.jsonl").exists() for s in self.slots]
             if all(started):
                 return
             time.sleep(0.2)
@@ -221,32 +249,42 @@ class Driver:
         self.stop()
 
     def enough_work(self) -> bool:
-        """Whether the transactional workers' journals hold ``min_commits`` commits and an abort."""
-        if self.cfg.min_commits <= 0:
+        """Whether the journals so far hold ``min_commits`` commits and an abort, progress of
+        every worker kind and every fault kind of ``require_faults``."""
+        if self.cfg.min_commits <= 0 and not self.cfg.require_faults:
             return True
-        outcomes = {"commit": 0, "abort": 0}
-        for path in self.journals.glob("txn-*.jsonl"):
-            with open(path, "rb") as f:
-                for line in f:  # journals are compact JSON (see eo_workers.Journal.log)
-                    if line.startswith(b'{"e":"end"'):
-                        for outcome in outcomes:
-                            if f'"outcome":"{outcome}"'.encode() in line:
-                                outcomes[outcome] += 1
-        return outcomes["commit"] >= self.cfg.min_commits and outcomes["abort"] >= 1
+        return not self.missing_work()
+
+    def missing_work(self) -> list[str]:
+        h = self.reader.feed()
+        outcomes = Counter(t.outcome for t in h.txns.values())
+        faults = h.faults + Counter(zombie_fenced=h.zombie_outcomes()["fenced"])
+        missing = [f"commits {outcomes['commit']}/{self.cfg.min_commits}"] * (
+            outcomes["commit"] < self.cfg.min_commits
+        )
+        missing += ["abort"] * (outcomes["abort"] < 1)
+        missing += [f"progress of {r}" for r in sorted(h.roles) if not h.progress[r]]
+        missing += [f for f in self.cfg.require_faults if not faults[f]]
+        return missing
 
     def stop(self) -> None:
         Path(self.stop_file).touch()
-        procs = [s.proc for s in self.slots if s.proc is not None]
-        procs += [z for s in self.slots for z in s.zombies]
+        procs = [(s.journal, s.proc) for s in self.slots if s.proc is not None]
+        procs += [
+            (journal_name(s.role, s.index, inc), z) for s in self.slots for inc, z in s.zombies
+        ]
         end = time.monotonic() + 60
-        for proc in procs:
+        for journal, proc in procs:
             try:
                 proc.wait(timeout=max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                self.note(e="stuck_at_stop", pid=proc.pid)
-        self.driver_journal.close()
+                self.note(e="stuck_at_stop", journal=journal, pid=proc.pid)
+        if not self.driver_journal.closed:
+            if self.cfg.min_commits > 0 or self.cfg.require_faults:
+                self.note(e="missing_work", missing=self.missing_work())
+            self.driver_journal.close()
 
 
 def run(cfg: HarnessConfig) -> Report:
@@ -268,7 +306,11 @@ def run(cfg: HarnessConfig) -> Report:
         spark=cfg.spark,
         options=dict(cfg.options),
     )
-    history = load_journals(driver.journals)
+    history = driver.reader.feed(final=True)
     report = check(history, final, CTP_TABLE if cfg.ctp else None)
     report.stats["seconds"] = round(time.monotonic() - started, 1)
+    faults = history.faults + Counter(zombie_fenced=history.zombie_outcomes()["fenced"])
+    report.stats["faults_missing"] = [f for f in cfg.require_faults if not faults[f]]
+    report.stats["seed"] = cfg.seed
+    report.stats["workdir"] = str(cfg.workdir)
     return report

@@ -76,6 +76,10 @@ def stopping(cfg: dict[str, Any]) -> bool:
     return os.path.exists(cfg["stop_file"])
 
 
+class Stopping(Exception):
+    """Asked to stop while still retrying a failing start: not a failure of the worker."""
+
+
 def err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"[:300]
 
@@ -87,13 +91,15 @@ def untyped(j: Journal, where: str, e: BaseException) -> None:
 # --- transactional producer ---------------------------------------------------------------
 
 
-def new_txn_producer(wh: Warehouse, cfg: dict[str, Any], j: Journal) -> Producer:
+def new_txn_producer(
+    wh: Warehouse, cfg: dict[str, Any], j: Journal, rng: random.Random
+) -> Producer:
     """A producer for the worker's transactional id, initialised (retried while storage fails)."""
     while True:
         p = Producer(
             wh,
             transactional_id=cfg["tid"],
-            linger_ms=random.choice([0, 5, 50]),
+            linger_ms=rng.choice([0, 5, 50]),
             transaction_timeout_ms=cfg["txn_timeout_ms"],
             delivery_timeout_ms=cfg.get("delivery_timeout_ms", 20_000),
             max_block_ms=20_000,
@@ -107,7 +113,7 @@ def new_txn_producer(wh: Warehouse, cfg: dict[str, Any], j: Journal) -> Producer
             j.log(e="init_error", err=err(e))
             close_quietly(p, j)
             if stopping(cfg):
-                raise
+                raise Stopping from e
             time.sleep(0.2)
 
 
@@ -123,7 +129,7 @@ def close_quietly(p: Producer, j: Journal) -> None:
 def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
     rng = random.Random(cfg["seed"])
     wh = open_warehouse(cfg, j)
-    producer = new_txn_producer(wh, cfg, j)
+    producer = new_txn_producer(wh, cfg, j, rng)
     n = 0
     while not stopping(cfg):
         txn = f"{cfg['tid']}.{cfg['inc']}.{n}"
@@ -160,7 +166,7 @@ def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
             if rng.random() < 0.75:
                 j.log(e="deciding", txn=txn, d="commit")
                 producer.flush()
-                acks = []
+                acks: list[list[Any]] = []
                 for kind, table, part, vals, fut in futures:
                     res = fut.result(timeout=60)
                     if kind == "batch":
@@ -182,12 +188,12 @@ def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
             if fenced and cfg.get("exit_when_fenced"):
                 j.log(e="exit", why="fenced")
                 return
-            producer = new_txn_producer(wh, cfg, j)
+            producer = new_txn_producer(wh, cfg, j, rng)
         except Exception as e:
             j.log(e="end", txn=txn, outcome="unknown", err=err(e))
             untyped(j, "txn", e)
             close_quietly(producer, j)
-            producer = new_txn_producer(wh, cfg, j)
+            producer = new_txn_producer(wh, cfg, j, rng)
     close_quietly(producer, j)
     j.log(e="exit", why="stop")
 
@@ -237,6 +243,7 @@ def idem_worker(cfg: dict[str, Any], j: Journal) -> None:
 
 
 def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
+    rng = random.Random(cfg["seed"])
     wh = open_warehouse(cfg, j, rate=0.5)
     cfg = {**cfg, "tid": "ctp-worker"}
     tps = [TopicPartition("t0", p) for p in range(TABLES["t0"])]
@@ -258,10 +265,10 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
             except (TxnTableError, UnstableOffsetCommitError) as e:
                 j.log(e="cerr", err=err(e))
                 if stopping(cfg):
-                    raise
+                    raise Stopping from e
                 time.sleep(0.2)
 
-    producer = new_txn_producer(wh, cfg, j)
+    producer = new_txn_producer(wh, cfg, j, rng)
     consumer = new_consumer()
     n = 0
     while not stopping(cfg):
@@ -292,7 +299,7 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
             if isinstance(e, ProducerFencedError):
                 j.log(e="exit", why="fenced")  # a successor owns the id (Kafka: fatal)
                 return
-            producer = new_txn_producer(wh, cfg, j)
+            producer = new_txn_producer(wh, cfg, j, rng)
             consumer = new_consumer()  # back to the committed offsets
         except Exception as e:
             untyped(j, "ctp", e)
@@ -330,7 +337,11 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                         [tp.topic, tp.partition, r.offset, r.value.decode()] for r in records
                     )
             if seen:
-                j.log(e="seen", arrow=arrow, recs=seen)
+                # Per partition read: the position after it (the checker requires every
+                # committed record below it) and the LSO the read was bounded by.
+                parts = [[t, p, c.position(TopicPartition(t, p)), read_lso(c, t, p)]
+                         for t, p in sorted({(t, p) for t, p, _, _ in seen})]
+                j.log(e="seen", arrow=arrow, recs=seen, parts=parts)
             else:
                 time.sleep(0.1)
         except TxnTableError as e:
@@ -354,6 +365,17 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                     untyped(j, "describe", e)
     c.close()
     j.log(e="exit", why="stop")
+
+
+def read_lso(c: Consumer, table: str, partition: int) -> int:
+    """The LSO of the snapshot the consumer's last poll read ``table`` at.
+
+    ``poll`` refreshes each table, then reads that snapshot; nothing else refreshes the
+    consumer's handles, so right after ``poll`` this is the bound the read obeyed. A public
+    client has no such call (Kafka's fetch responses carry it internally), hence the
+    private handle: the harness checks that no record at or above it was returned.
+    """
+    return c._table(table).snapshot(refresh=False).partition(partition).last_stable_offset
 
 
 # --- maintenance and recovery ---------------------------------------------------------------
@@ -440,6 +462,8 @@ def main() -> int:
     j.log(e="start", role=cfg["role"], pid=os.getpid(), inc=cfg.get("inc", 0))
     try:
         ROLES[cfg["role"]](cfg, j)
+    except Stopping:
+        j.log(e="exit", why="stop")
     except TxnTableError as e:
         j.log(e="exit", why="error", err=err(e))
         return 3
