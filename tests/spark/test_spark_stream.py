@@ -184,3 +184,71 @@ def test_max_files_per_trigger_in_a_running_query(spark: Any, lake: str, tmp_pat
     sizes = [len(seen[b]) for b in sorted(seen) if seen[b]]
     assert sizes == [6, 6, 3]  # two segments per micro-batch, then the last one
     assert sorted(r for rows in seen.values() for r in rows) == tw.expected()
+
+
+def test_stream_keeps_its_schema_across_an_evolution(spark: Any, lake: str, tmp_path: Any) -> None:
+    """A running stream over a typed table whose schema evolves keeps the schema it started
+    with (the spec's rule): later rows arrive without the new column, widened values in the
+    old types while they fit; a query started afterwards reads the new schema."""
+    import pyarrow as pa
+    from pyspark.errors import StreamingQueryException
+
+    from txntable import Producer
+
+    wh = Warehouse(lake)
+    old = pa.schema([pa.field("id", pa.int32(), nullable=False), ("price", pa.float32())])
+    wh.create_table("ev", 1, schema=old)
+    with Producer(wh) as producer:
+        producer.send("ev", {"id": 1, "price": 1.5})
+        producer.send("ev", {"id": 2, "price": 2.5})
+    seen: dict[int, tuple[str, list[tuple[Any, ...]]]] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        rows = sorted(tuple(r) for r in df.select("id", "price", "offset").collect())
+        seen[batch_id] = (df.schema.simpleString(), rows)
+
+    query = (
+        _stream(spark, f"{lake}/ev", startingOffsets="earliest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt-ev"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        wh.table("ev").evolve_schema(
+            pa.schema(
+                [
+                    pa.field("id", pa.int64(), nullable=False),
+                    ("price", pa.float64()),
+                    ("note", pa.string()),
+                ]
+            )
+        )
+        with Producer(wh) as producer:
+            producer.send("ev", {"id": 3, "price": 3.25, "note": "after"})
+        query.processAllAvailable()
+        # A widened value the started schema cannot hold stops the query, typed; never
+        # a silently wrapped number.
+        with Producer(wh) as producer:
+            producer.send("ev", {"id": 2**40, "price": 4.0})
+        with pytest.raises(StreamingQueryException, match="SchemaMismatchError"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert not query.isActive
+    started = "struct<id:int,price:float,partition:int,offset:bigint,timestamp:timestamp>"
+    assert [seen[b] for b in sorted(seen)] == [
+        (started, [(1, 1.5, 0), (2, 2.5, 1)]),
+        (started, [(3, 3.25, 2)]),
+    ]
+    fresh = spark.read.format("txntable").load(f"{lake}/ev")
+    assert fresh.schema.simpleString() == (
+        "struct<id:bigint,price:double,note:string,partition:int,offset:bigint,"
+        "timestamp:timestamp>"
+    )
+    assert sorted(tuple(r) for r in fresh.select("id", "note", "offset").collect()) == [
+        (1, None, 0),
+        (2, None, 1),
+        (3, "after", 2),
+        (2**40, None, 3),
+    ]
