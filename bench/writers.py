@@ -53,6 +53,7 @@ import queue
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,7 +64,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +114,13 @@ class Backend:
     url: str  # a directory, or s3://bucket/prefix
     options: dict[str, str]
     latency_ms: float  # 0: no latency wrapper
+    group_commit: bool = True  # False: every commit races alone (as before group commit)
 
     def describe(self) -> str:
+        what = "" if self.group_commit else ", group commit off"
         if self.kind == "local":
-            return f"local disk + LatencyStore({self.latency_ms:g} ms)"
-        return "moto S3 server (own process, no latency wrapper)"
+            return f"local disk + LatencyStore({self.latency_ms:g} ms){what}"
+        return f"moto S3 server (own process, no latency wrapper){what}"
 
 
 @dataclass
@@ -214,7 +217,7 @@ def build_writer_warehouse(backend: Backend) -> tuple[Warehouse, CountingStore]:
     if backend.latency_ms > 0:
         store = LatencyStore(store, backend.latency_ms)
     counting = CountingStore(store)
-    return Warehouse(store=counting), counting
+    return Warehouse(store=counting, group_commit=backend.group_commit), counting
 
 
 def record_value(writer: int, seq: int, index: int) -> bytes:
@@ -872,6 +875,8 @@ def run_backend(
 
     for writers in counts:
         one(writers, False)
+    if args.solo_rounds:
+        compare_solo(backend, args)
     if args.maintenance:
         plain = next(
             (r for r in rows if r["writers"] == maintenance_writers), None
@@ -881,6 +886,27 @@ def run_backend(
     print(f"\n{backend.describe()}")
     print(format_table(rows), flush=True)
     return rows, all(r["check"] == "PASS" for r in rows)
+
+
+def compare_solo(backend: Backend, args: argparse.Namespace) -> None:
+    """One writer with group commit on and off, in interleaved rounds: the ratio of medians
+    (issue 17: a lone writer must be no slower than before group commit)."""
+    off = replace(backend, group_commit=False)
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    p50s: dict[bool, list[float]] = {True: [], False: []}
+    seconds = max(3.0, args.seconds / 2)
+    for i in range(args.solo_rounds):
+        for on in ((True, False) if i % 2 == 0 else (False, True)):
+            run = run_writers(f"solo{int(on)}-{i}", 1, 1, backend if on else off, seconds,
+                              args.seed + i, False)
+            row = summarise(run, None)
+            rates[on].append(row["commits_per_s"])
+            p50s[on].append(row["p50_ms"])
+    on_rate, off_rate = statistics.median(rates[True]), statistics.median(rates[False])
+    print(f"\nW=1, {args.solo_rounds} interleaved rounds of {seconds:g} s: commits/s group commit "
+          f"on {on_rate:.1f} / off {off_rate:.1f} = {on_rate / off_rate:.2f}x; p50 on "
+          f"{statistics.median(p50s[True]):.0f} ms / off {statistics.median(p50s[False]):.0f} ms",
+          flush=True)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -900,6 +926,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dir", help="directory of the local warehouse (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the local warehouse")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--no-group-commit", action="store_true",
+                        help="every commit races alone (the behaviour before group commit)")
+    parser.add_argument("--solo-rounds", type=int, default=0,
+                        help="also compare one writer with group commit on and off, in this "
+                             "many interleaved rounds")
     args = parser.parse_args(argv)
     if args.writers is None:
         args.writers = QUICK_WRITERS if args.quick else DEFAULT_WRITERS
@@ -918,7 +949,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend in ("local", "both"):
         root = args.dir or tempfile.mkdtemp(prefix="txntable-writers-")
         backend = Backend("local", str(Path(root) / f"wh-{uuid.uuid4().hex[:8]}"), {},
-                          args.latency_ms)
+                          args.latency_ms, not args.no_group_commit)
         try:
             rows, ok = run_backend(backend, counts, args, maintenance_writers)
             report["backends"]["local"] = rows
@@ -931,7 +962,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend in ("moto", "both"):
         proc, endpoint = start_moto_server()
         try:
-            rows, ok = run_backend(moto_backend(endpoint), counts, args, maintenance_writers)
+            moto = replace(moto_backend(endpoint), group_commit=not args.no_group_commit)
+            rows, ok = run_backend(moto, counts, args, maintenance_writers)
             report["backends"]["moto"] = rows
             passed = passed and ok
         finally:

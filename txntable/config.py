@@ -34,6 +34,21 @@ COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 #: stopped at is the newest one (a deleted version is otherwise invisible to a refresh).
 LOG_GAP_CHECK_INTERVAL_MS_DEFAULT = 60_000
 
+#: Group commit (many writers of one log; see txntable.log.group_commit): on by default.
+GROUP_COMMIT_DEFAULT = True
+#: How long a committer's lease lasts unless renewed.
+COMMIT_LEASE_MS_DEFAULT = 5_000
+#: How long a writer waits for a round to decide its intent before committing one itself.
+COMMIT_HELP_MS_DEFAULT = 500
+#: A committer with no other writer's intent for this long steps down.
+COMMIT_IDLE_MS_DEFAULT = 1_000
+#: How often a waiting writer reads the log for its intent's outcome.
+COMMIT_POLL_MS_DEFAULT = 10
+#: Most intents one round decides.
+COMMIT_MAX_ROUND_INTENTS_DEFAULT = 1_000
+#: How long a commit may take before it fails with a timeout (outcome unknown).
+COMMIT_TIMEOUT_MS_DEFAULT = 120_000
+
 # --- table configuration keys -------------------------------------------------------------
 
 #: Versions between checkpoints (0 disables them).

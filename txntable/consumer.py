@@ -32,15 +32,15 @@ from txntable.errors import (
 from txntable.groups.assignors import check_strategies
 from txntable.groups.offsets import (
     check_offsets,
-    committed_offset,
     open_group_table,
-    plan_offset_commit,
 )
 from txntable.groups.subscription import ConsumerRebalanceListener, Subscription
+from txntable.protocol.offsets import committed_offset
 from txntable.protocol.records import (
     rows_to_records,
 )
 from txntable.protocol.schema import TypedLayout, layout_of
+from txntable.protocol.sequencing import OffsetCommitOp
 from txntable.protocol.snapshot import PartitionState
 from txntable.protocol.typed import rows_to_dict_records
 from txntable.read.planning import (
@@ -737,8 +737,7 @@ class Consumer:
         this too, under the generation it has not acknowledged yet)."""
         table = self._group_table()
         assert table is not None
-        group = self.group_id or ""
-        table.commit(lambda s: plan_offset_commit(s, group, offsets, generation))
+        table.submit(OffsetCommitOp.of(self.group_id or "", offsets, generation))
 
     def commit_async(
         self,

@@ -76,6 +76,41 @@ def checkpoint_key(root: str, version: int, part: int = 1, parts: int = 1) -> st
     return f"{root}/{LOG_DIR}/{version:020d}.checkpoint.{part:010d}.{parts:010d}.json"
 
 
+# --- group commit -------------------------------------------------------------------------
+
+COMMIT_DIR = "_commit"
+#: Pending intents of a log: ``<root>/_commit/intents/<13-digit ms>-<32 hex id>.json``.
+INTENTS_DIR = f"{COMMIT_DIR}/intents"
+
+
+def intents_prefix(root: str) -> str:
+    """Prefix of the pending intents of the log rooted at ``root``."""
+    return f"{root}/{INTENTS_DIR}/"
+
+
+def intent_key(root: str, created_ms: int, intent_id: str) -> str:
+    """Key of an intent: writer time first, so a listing is roughly first come, first served."""
+    return f"{intents_prefix(root)}{created_ms:013d}-{intent_id}.json"
+
+
+def intent_id_of(key: str) -> str | None:
+    """The intent id an intent key names, or ``None`` for another name."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.endswith(".json") or "-" not in name:
+        return None
+    return name[:-5].rsplit("-", 1)[-1]
+
+
+def lease_key(root: str) -> str:
+    """Key of the committer lease of the log rooted at ``root`` (CAS)."""
+    return f"{root}/{COMMIT_DIR}/lease.json"
+
+
+def outcomes_key(root: str) -> str:
+    """Key of the outcome record of the log rooted at ``root`` (CAS; a hint)."""
+    return f"{root}/{COMMIT_DIR}/outcomes.json"
+
+
 # --- segment files ------------------------------------------------------------------------
 
 _DATED = re.compile(r"(?:^|-)(\d{13})-[0-9a-f]{32}\.parquet$")

@@ -44,6 +44,7 @@ from txntable.storage.base import Store
 from txntable.util import now_ms
 
 if TYPE_CHECKING:
+    from txntable.log.group_commit import GroupCommit, GroupCommitConfig
     from txntable.maintenance.maintain import (
         CheckpointReport,
         LogCleanupReport,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from txntable.maintenance.retention import ExpiryReport, RetentionReport
     from txntable.maintenance.vacuum import VacuumReport
     from txntable.maintenance.verify import VerifyReport
+    from txntable.protocol.sequencing import Operation
     from txntable.read.scan import Offsets, TableScan
     from txntable.txn.recovery import StuckTransactionFinisher
 
@@ -156,6 +158,7 @@ class Table:
         name: str,
         log: Log | None = None,
         finisher: StuckTransactionFinisher | None = None,
+        group_commit: GroupCommitConfig | None = None,
     ) -> None:
         self.store = store
         self.name = name
@@ -163,6 +166,11 @@ class Table:
         self._finisher = finisher
         self._lock = threading.RLock()
         self._snapshot: TableSnapshot | None = None
+        from txntable.log.group_commit import GroupCommit, GroupCommitConfig
+
+        cfg = group_commit or GroupCommitConfig()
+        #: Commits of this handle (group commit), or ``None``: each commit races alone.
+        self.group_commit: GroupCommit | None = GroupCommit(self, cfg) if cfg.enabled else None
 
     def snapshot(self, refresh: bool = True) -> TableSnapshot:
         """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
@@ -177,6 +185,14 @@ class Table:
             elif refresh:
                 self.log.refresh(self._snapshot)
             return self._snapshot
+
+    def close(self) -> None:
+        """Stop committing rounds for others (releasing the committer lease, if held).
+
+        The handle stays usable: a later commit starts again as a single writer.
+        """
+        if self.group_commit is not None:
+            self.group_commit.close()
 
     def _configure(self, snap: TableSnapshot) -> None:
         assert snap.metadata is not None
@@ -305,8 +321,8 @@ class Table:
             metadata = replace(s.metadata, schema=schema_to_json(new))
             return CommitPlan([metadata], new, "SET SCHEMA")
 
-        with self._lock:
-            plan, _ = self.log.commit(self.snapshot(), build)
+        self.snapshot()
+        plan, _ = self.commit(build)
         return plan.result
 
     @property
@@ -330,6 +346,13 @@ class Table:
         Returns:
             Offsets assigned (duplicates get their original offsets) and the version.
         """
+        if self.group_commit is not None:
+            from txntable.protocol.sequencing import AppendOp
+
+            op = AppendOp(tuple(batches), tuple(markers or ()), app_txn)
+            result, version = self.submit(op, transactional_id)
+            assert isinstance(result, AppendResult)
+            return result, version
         marks = markers or []
 
         def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
@@ -337,6 +360,19 @@ class Table:
 
         plan, version = self.commit(build, transactional_id)
         return plan.result, version
+
+    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[object, int]:
+        """Commit a declarative operation (an append, an offset commit), which any writer
+        of the table may commit on this one's behalf (group commit).
+
+        Returns:
+            The operation's result and the version that holds it.
+        """
+        self.snapshot(refresh=False)  # loaded, so a first commit needs no special case
+        if self.group_commit is None:
+            plan, version = self.commit(lambda s: op.plan(s, now_ms()), transactional_id)
+            return plan.result, version
+        return self.group_commit.submit(op, transactional_id)
 
     def commit(
         self,
@@ -348,6 +384,9 @@ class Table:
         Optimistic: the attempt starts from the handle's snapshot without a refresh; a lost
         race refreshes it and calls ``build`` again.
         """
+        if self.group_commit is not None:
+            self.snapshot(refresh=False)
+            return self.group_commit.commit(build, transactional_id)
         with self._lock:
             return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
 

@@ -27,6 +27,7 @@ from txntable.layout import (
     validate_table_name,
     version_key,
 )
+from txntable.log.group_commit import GroupCommitConfig
 from txntable.log.log import Log
 from txntable.protocol.actions import (
     CREATE_READER_VERSION,
@@ -68,6 +69,9 @@ class Warehouse:
             for ``recover()`` or their producer's restart.
         stuck_transaction_grace_ms: How long a prepared transaction is left to its
             producer before others complete it.
+        group_commit: Whether many writers of one table commit in rounds (group commit:
+            intents, one committer per round), or each commit races alone; a
+            :class:`~txntable.log.group_commit.GroupCommitConfig` sets its timings.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Warehouse:
         store: Store | None = None,
         finish_stuck_transactions: bool = config.FINISH_STUCK_TRANSACTIONS_DEFAULT,
         stuck_transaction_grace_ms: int = config.STUCK_TRANSACTION_GRACE_MS_DEFAULT,
+        group_commit: bool | GroupCommitConfig = config.GROUP_COMMIT_DEFAULT,
     ) -> None:
         if store is not None and storage_options:
             raise InvalidConfigurationError(
@@ -94,6 +99,15 @@ class Warehouse:
         self.storage_options = dict(storage_options or {})
         self.finish_stuck_transactions = finish_stuck_transactions
         self.stuck_transaction_grace_ms = stuck_transaction_grace_ms
+        if isinstance(group_commit, bool):
+            group_commit = GroupCommitConfig(enabled=group_commit)
+        elif not isinstance(group_commit, GroupCommitConfig):
+            raise InvalidConfigurationError(
+                "group_commit must be a bool or a GroupCommitConfig, not "
+                f"{type(group_commit).__name__}"
+            )
+        #: How tables opened through this warehouse commit (see txntable.log.group_commit).
+        self.group_commit = group_commit
         self._finisher: StuckTransactionFinisher | None = None
         self._finisher_lock = threading.Lock()
 
@@ -179,7 +193,13 @@ class Warehouse:
             self.store.put_if_absent(log.version_key(0), encode_actions(actions))
         except ObjectExistsError:
             raise TableExistsError(f"table {name!r} already exists") from None
-        return Table(self.store, name, log, finisher=self._reader_finisher())
+        return Table(
+            self.store,
+            name,
+            log,
+            finisher=self._reader_finisher(),
+            group_commit=self.group_commit,
+        )
 
     def table(self, name: str) -> Table:
         """A new handle on table ``name``.
@@ -189,7 +209,9 @@ class Warehouse:
             BucketNotFoundError: If the warehouse's bucket does not exist.
         """
         validate_table_name(name)
-        table = Table(self.store, name, finisher=self._reader_finisher())
+        table = Table(
+            self.store, name, finisher=self._reader_finisher(), group_commit=self.group_commit
+        )
         if not table.log.exists():
             self.store.check_root()  # a missing bucket is reported as such
             raise TableNotFoundError(f"no table {name!r} in {self.url}")

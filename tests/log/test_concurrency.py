@@ -34,7 +34,10 @@ def produce(url: str, worker: int, barrier: Any, results: Any) -> None:
         producer.flush()
         acked = [(v, f.result(timeout=60)) for v, f in futures]
         table = producer._table("t")
-        stats = (table.log.stats.commits, table.log.stats.conflicts)
+        # Versions this process wrote (its appends, or group-commit rounds), and the races
+        # it lost (a lost race, or an append handed to another writer's round).
+        followed = table.group_commit.stats["followed"] if table.group_commit else 0
+        stats = (table.log.stats.commits, table.log.stats.conflicts + followed)
         producer.close()
         results.put((worker, [(v, md.partition, md.offset) for v, md in acked], stats, None))
     except BaseException as e:  # reported to the parent, which fails the test with it
@@ -59,8 +62,7 @@ def test_processes_append_exactly_once(tmp_path: pathlib.Path) -> None:
             acked[value] = (partition, offset)
             assert partition == partition_for_key(value, PARTITIONS)
     assert len(acked) == PROCESSES * RECORDS
-    assert commits >= PROCESSES * RECORDS // FLUSH_EVERY  # many small commits …
-    assert conflicts > 0  # … and the processes really raced for versions
+    assert conflicts > 0  # the processes really raced for versions
 
     wh = Warehouse(url)
     desc = wh.table("t").describe()
@@ -75,4 +77,7 @@ def test_processes_append_exactly_once(tmp_path: pathlib.Path) -> None:
             assert value is not None and value not in seen
             seen[value] = (p, offset)
     assert seen == acked  # every acknowledged record exactly once, exactly where acked
+    # Many small appends (a segment per partition per flush) …
+    assert sum(p.segments for p in desc.partitions) >= PROCESSES * RECORDS // FLUSH_EVERY
+    # … and every version was written by one of the processes.
     assert desc.version == commits

@@ -71,9 +71,11 @@ def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
     p.send("t", value=b"prepared", partition=0)
     # The producer dies right after the short path's PrepareCommit (intent in the object).
     monkeypatch.setattr(
-        TransactionCoordinator, "complete", lambda self, meta, etag: (_ for _ in ()).throw(
+        TransactionCoordinator,
+        "complete",
+        lambda self, meta, etag, results=None: (_ for _ in ()).throw(
             SystemExit("crash after PrepareCommit")
-        )
+        ),
     )
     with pytest.raises(SystemExit):
         p.commit_transaction()

@@ -215,10 +215,10 @@ def test_stale_completer_does_not_commit_the_next_transaction(table: Warehouse) 
     stale: list = []  # type: ignore[type-arg]
     real = p.coordinator.write_markers
 
-    def write_markers(meta, kind):  # type: ignore[no-untyped-def]
+    def write_markers(meta, kind, results=None):  # type: ignore[no-untyped-def]
         if not stale:
             stale.append(recoverer.load(TID))  # a recover() scan sees PrepareCommit here
-        return real(meta, kind)
+        return real(meta, kind, results)
 
     p.coordinator.write_markers = write_markers  # type: ignore[method-assign]
     p.begin_transaction()

@@ -120,6 +120,9 @@ class CommitStats:
     commits: int = 0
 
 
+#: Versions a handle that is far behind reads at once (:meth:`Log.catch_up`).
+CATCH_UP_READS = 16
+
 #: Actions per checkpoint part: a larger state is written in several parts.
 CHECKPOINT_PART_ACTIONS = 50_000
 
@@ -393,6 +396,34 @@ class Log:
             applied += self.check_tip(snap, up_to)
         return applied
 
+    def catch_up(self, snap: TableSnapshot, known: int) -> int:
+        """Apply versions up to ``known``, a version known to exist, reading them
+        concurrently (a handle that fell far behind pays one round trip per
+        ``CATCH_UP_READS`` versions, not one per version); then refresh as usual.
+
+        Raises:
+            CorruptLogError: A version is damaged, or missing below ``known``.
+        """
+        applied = 0
+        while snap.version < known:
+            first = snap.version + 1
+            wanted = list(range(first, min(known, first + CATCH_UP_READS - 1) + 1))
+            if len(wanted) == 1:
+                break
+            with ThreadPoolExecutor(len(wanted)) as pool:
+                read = list(pool.map(self.read_version, wanted))
+            for version, actions in zip(wanted, read, strict=True):
+                if actions is None:
+                    if self.check_tip(snap) == 0:  # a hole below a version known to exist
+                        raise CorruptLogError(
+                            f"{self.root}: log version {version} is missing below {known}",
+                            self.version_key(version),
+                        )
+                    break
+                snap.apply(version, actions, self.version_key(version))
+                applied += 1
+        return applied + self.refresh(snap)
+
     def _probe(self, snap: TableSnapshot, up_to: int | None = None) -> int:
         applied = 0
         while up_to is None or snap.version < up_to:
@@ -496,10 +527,6 @@ class Log:
         if snap.protocol is not None:
             check_protocol(snap.protocol, write=True)
         for attempt in range(self.max_attempts):
-            if self._gap_check_due(listed=True):
-                # Never write version N+1 into a hole left by a deleted version (the versions
-                # after it would join the log behind a different N+1).
-                self.check_tip(snap)
             try:
                 plan = build(snap)
             except TxnTableError:
@@ -516,36 +543,57 @@ class Log:
                     continue
                 return plan, snap.version
             info = CommitInfo(now_ms(), plan.operation, commit_id, transactionalId=transactional_id)
-            actions = [*plan.actions, info]
-            version = snap.version + 1
-            key = self.version_key(version)
-            try:
-                self.store.put_if_absent(key, encode_actions(actions))
-            except ObjectExistsError:
-                self.stats.conflicts += 1
-                self.refresh(snap)
-                self._backoff(attempt)
-                continue
-            except (TransientStorageError, OSError):
-                # The put may or may not have landed: read back, never write blindly again.
-                self.stats.ambiguous += 1
-                written = self.read_version(version)
-                if written is None:
-                    self._backoff(attempt)
-                    continue
-                if not any(isinstance(a, CommitInfo) and a.commitId == commit_id for a in written):
-                    self.stats.conflicts += 1
-                    self.refresh(snap)
-                    self._backoff(attempt)
-                    continue
-            snap.apply(version, actions, key)
-            self.stats.commits += 1
-            self._maybe_checkpoint(snap)
-            return plan, version
+            if self.try_put(snap, [*plan.actions, info]):
+                return plan, snap.version
+            self._backoff(attempt)
         raise CommitConflictError(
             f"{self.root}: gave up after {self.max_attempts} attempts to commit version "
             f"{snap.version + 1}"
         )
+
+    def try_put(self, snap: TableSnapshot, actions: list[Action]) -> bool:
+        """One attempt to write ``actions`` as the version after ``snap`` (put-if-absent).
+
+        ``actions`` end with a ``commitInfo`` whose ``commitId`` is unique to the commit. On
+        success they are applied to ``snap`` (and a checkpoint written when due); when
+        another writer won the version, ``snap`` is refreshed and the result is ``False``.
+        An ambiguous put is resolved by reading the version back, never by writing again.
+
+        Raises:
+            CorruptLogError: A version is missing below the tip (never fill a gap).
+            TransientStorageError: The read-back of an ambiguous put failed too.
+        """
+        info = actions[-1]
+        assert isinstance(info, CommitInfo)
+        if self._gap_check_due(listed=True) and self.check_tip(snap):
+            # Never write version N+1 into a hole left by a deleted version (the versions
+            # after it would join the log behind a different N+1). Versions that arrived
+            # meanwhile were applied: the actions were planned before them, plan again.
+            return False
+        version = snap.version + 1
+        key = self.version_key(version)
+        try:
+            self.store.put_if_absent(key, encode_actions(actions))
+        except ObjectExistsError:
+            self.stats.conflicts += 1
+            self.refresh(snap)
+            return False
+        except (TransientStorageError, OSError):
+            # The put may or may not have landed: read back, never write blindly again.
+            self.stats.ambiguous += 1
+            written = self.read_version(version)
+            if written is None:
+                return False
+            if not any(
+                isinstance(a, CommitInfo) and a.commitId == info.commitId for a in written
+            ):
+                self.stats.conflicts += 1
+                self.refresh(snap)
+                return False
+        snap.apply(version, actions, key)
+        self.stats.commits += 1
+        self._maybe_checkpoint(snap)
+        return True
 
     def _backoff(self, attempt: int) -> None:
         ceiling = min(self.backoff_max_ms, self.backoff_ms * (2 ** min(attempt, 10)))

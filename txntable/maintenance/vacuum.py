@@ -20,10 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from txntable import config
-from txntable.errors import InvalidConfigurationError
-from txntable.layout import data_dir, segment_created_ms
+from txntable.errors import CorruptLogError, InvalidConfigurationError, ObjectNotFoundError
+from txntable.layout import data_dir, intents_prefix, segment_created_ms
 from txntable.log.log import Log
 from txntable.protocol.actions import CommitInfo, Marker
+from txntable.protocol.sequencing import AppendOp, Intent
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
@@ -125,11 +126,21 @@ def first_version_since(log: Log, since_ms: int, latest: int) -> int:
 
 
 def _intent_paths(table: Table) -> set[str]:
-    """Segments named by prepared short-path transactions (recovery will commit them)."""
+    """Segments named by prepared short-path transactions (recovery will commit them) and
+    by pending group-commit intents (a round may still commit them)."""
     coordinator = TransactionCoordinator(table.store)
     paths: set[str] = set()
     for tid in coordinator.transactional_ids():
         loaded = coordinator.load(tid)
         if loaded is not None and loaded[0].state is TxnState.PREPARE_COMMIT:
             paths.update(b.path for b in loaded[0].intent.get(table.name, ()))
+    for key in table.store.list(intents_prefix(table.name)):
+        try:
+            intent = Intent.from_json(table.store.get(key).data, key)
+        except ObjectNotFoundError:
+            continue  # decided and deleted meanwhile
+        except CorruptLogError:
+            continue  # no committer can decide it: what it names is garbage
+        if isinstance(intent.op, AppendOp):
+            paths.update(b.path for b in intent.op.batches)
     return paths

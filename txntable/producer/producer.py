@@ -45,7 +45,6 @@ from txntable.errors import (
 from txntable.groups.offsets import (
     check_offsets,
     open_group_table,
-    plan_offset_commit,
 )
 from txntable.layout import new_segment_name
 from txntable.maintenance.maintain import AutoMaintenance
@@ -67,7 +66,7 @@ from txntable.producer.futures import FutureRecordMetadata, FutureSendBatch, Pro
 from txntable.producer.partitioner import StickyPartitioner
 from txntable.producer.transaction_manager import ClientTxnState, TransactionManager
 from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
-from txntable.protocol.append import PendingBatch
+from txntable.protocol.append import AppendResult, PendingBatch
 from txntable.protocol.producer_state import BatchMetadata
 from txntable.protocol.records import (
     encode_table,
@@ -75,6 +74,7 @@ from txntable.protocol.records import (
     to_record_table,
 )
 from txntable.protocol.schema import TypedLayout, check_record, typed_record_sizes
+from txntable.protocol.sequencing import OffsetCommitOp
 from txntable.structs import (
     RECORD_OVERHEAD,
     ConsumerGroupMetadata,
@@ -381,10 +381,11 @@ class Producer:
         txn = self._require_txn()
         tid = self.transactional_id or ""
         pid, epoch = self.producer_id, self.producer_epoch
+        results: dict[str, AppendResult] = {}
         try:
             done, etag = self._retry(
                 lambda: self.coordinator.commit_short_path(
-                    tid, pid, epoch, intent, self._coordinator_cache
+                    tid, pid, epoch, intent, self._coordinator_cache, results
                 )
             )
         except (TransientStorageError, OSError) as e:
@@ -402,6 +403,11 @@ class Producer:
             raise
         for topic, items in by_table.items():
             table = self._table(topic)
+            appended = results.get(topic)
+            if appended is not None:  # our own append: its offsets, without a read
+                for segment, base in zip(items, appended.base_offsets, strict=True):
+                    segment.resolve(base)
+                continue
             for segment, batch in zip(items, intent[topic], strict=True):
                 meta = self._committed_batch(table, segment.partition, batch)
                 if meta is None:  # another client finished our decision: catch up once
@@ -490,11 +496,8 @@ class Producer:
         def commit() -> None:
             # A retry after an unresolved ambiguous commit may write the same pending
             # offsets twice: the later one wins, with the same values.
-            group_table().commit(
-                lambda s: plan_offset_commit(
-                    s, meta.group_id, offsets, meta.generation_id, pid, epoch
-                ),
-                tid,
+            group_table().submit(
+                OffsetCommitOp.of(meta.group_id, offsets, meta.generation_id, pid, epoch), tid
             )
 
         try:
@@ -1080,6 +1083,10 @@ class Producer:
         self._sender.join(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+        # A producer committing rounds for other writers hands that over now.
+        for table in [*self._tables.values(), *(t for t in self._groups.values() if t)]:
+            table.close()
+        self.coordinator.close()
         _LIVE.discard(self)
 
     def _stop_at_exit(self) -> None:

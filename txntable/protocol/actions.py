@@ -18,13 +18,21 @@ from txntable.protocol.schema import Field, normalize_schema, schema_from_json
 
 #: Highest reader/writer protocol version this client implements.
 READER_VERSION = 3
-WRITER_VERSION = 3
+WRITER_VERSION = 4
 #: Protocol of a table that holds merged segments, producer expiry or a truncated log (v2).
 MAINTENANCE_PROTOCOL_VERSION = 2
 #: Protocol new tables and group logs are created with: what they need until maintenance
 #: upgrades them (Delta's rule), so older clients keep reading tables that never use v2.
 CREATE_READER_VERSION = 1
 CREATE_WRITER_VERSION = 1
+
+#: Group commit: an intent may be decided only while the version being written is at most
+#: this many versions after the intent's ``baseVersion``; decided intents are remembered for
+#: as long, so no intent is ever decided twice (see the spec's Group commit).
+INTENT_WINDOW_VERSIONS = 100
+#: Writer version a table needs once group commit has decided an intent in its log: older
+#: writers would not remember decided intents across their checkpoints.
+GROUP_COMMIT_WRITER_VERSION = 4
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -267,6 +275,21 @@ class ExpireProducer:
 
 
 @dataclass(frozen=True)
+class IntentOutcome:
+    """How a group-commit round decided one writer's intent (see the spec's Group commit).
+
+    ``error`` is ``None`` when the intent's operation is in the version, else the name of the
+    :class:`~txntable.errors.TxnTableError` that refused it (its writer raises that class).
+    """
+
+    id: str
+    baseVersion: int
+    version: int
+    error: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class CommitInfo:
     """Provenance of a version; ``commitId`` lets a writer recognise its own version."""
 
@@ -276,6 +299,9 @@ class CommitInfo:
     commitId: str
     writer: str = "txntable-python"
     transactionalId: str | None = None
+    #: Group commit: the intents this version decides (absent when empty). In a checkpoint,
+    #: every intent decided within the dedup window.
+    intents: tuple[IntentOutcome, ...] = ()
 
 
 Action = (
@@ -329,6 +355,8 @@ def action_to_dict(action: Action) -> dict[str, Any]:
             del body["keyColumns"]
     if isinstance(action, ProducerSnapshot):
         body["batches"] = [list(b) for b in action.batches]
+    if isinstance(action, CommitInfo) and not action.intents:
+        del body["intents"]  # optional: versions without group commit are as before
     return {action.NAME: body}
 
 
@@ -393,6 +421,8 @@ def _check_type(name: str, key: str, value: Any, annotation: str, path: str | No
         ok = isinstance(value, list)
     elif ann.startswith("tuple[str"):
         ok = isinstance(value, list) and all(isinstance(x, str) for x in value)
+    elif ann.startswith("tuple[IntentOutcome"):
+        ok = isinstance(value, list) and all(_is_outcome(o) for o in value)
     elif ann.startswith("tuple[tuple[int"):
         ok = isinstance(value, list) and all(
             isinstance(b, list)
@@ -404,6 +434,21 @@ def _check_type(name: str, key: str, value: Any, annotation: str, path: str | No
         ok = True
     if not ok:
         raise CorruptLogError(f"action {name}: field {key} has invalid value {value!r}", path)
+
+
+def _is_outcome(obj: Any) -> bool:
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("id"), str)
+        and is_int(obj.get("baseVersion"))
+        and is_int(obj.get("version"))
+        and (obj.get("error") is None or isinstance(obj.get("error"), str))
+        and isinstance(obj.get("message", ""), str)
+        and set(obj) <= {"id", "baseVersion", "version", "error", "message"}
+    )
 
 
 def action_from_dict(obj: Any, path: str | None = None) -> Action:
@@ -436,6 +481,8 @@ def action_from_dict(obj: Any, path: str | None = None) -> Action:
             raise CorruptLogError(f"metadata: invalid schema ({e})", path) from None
     if cls is ProducerSnapshot and "batches" in kwargs:
         kwargs["batches"] = tuple(tuple(b) for b in kwargs["batches"])
+    if cls is CommitInfo and "intents" in kwargs:
+        kwargs["intents"] = tuple(IntentOutcome(**o) for o in kwargs["intents"])
     action: Action = cls(**kwargs)
     _check_ranges(action, path)
     return action

@@ -40,6 +40,16 @@ class ProducerEntry:
     coordinator_epoch: int = -1
     last_timestamp: int = 0
 
+    def copy(self) -> ProducerEntry:
+        """An independent copy (a snapshot fork changes its own)."""
+        return ProducerEntry(
+            self.epoch,
+            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.current_txn_first_offset,
+            self.coordinator_epoch,
+            self.last_timestamp,
+        )
+
     @property
     def last_seq(self) -> int:
         """Last sequence number appended in the current epoch, or ``NO_SEQUENCE``."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from txntable.errors import CorruptLogError, SchemaMismatchError, UnknownTopicOrPartitionError
 from txntable.protocol.actions import (
+    INTENT_WINDOW_VERSIONS,
     MAINTENANCE_PROTOCOL_VERSION,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -22,6 +23,7 @@ from txntable.protocol.actions import (
     Batch,
     CommitInfo,
     ExpireProducer,
+    IntentOutcome,
     LogStart,
     Marker,
     Metadata,
@@ -126,8 +128,13 @@ class TableSnapshot:
         default_factory=dict
     )
     last_commit_timestamp: int = 0
+    #: Group commit: intents decided within the dedup window, by id.
+    intents: dict[str, IntentOutcome] = field(default_factory=dict)
     #: Set when a version failed half-way through :meth:`apply`: the state is unusable.
     torn: bool = False
+    #: A fork's partitions still shared with the snapshot it was forked from (copied on
+    #: their first change).
+    _shared: set[int] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def num_partitions(self) -> int:
@@ -171,6 +178,32 @@ class TableSnapshot:
             self.torn = True  # some actions applied, some not: never use this state again
             raise
         self.version = version
+        self._forget_intents()
+
+    def _forget_intents(self) -> None:
+        """Drop decided intents that no writer can submit again (outside the window)."""
+        horizon = self.version - INTENT_WINDOW_VERSIONS
+        if self.intents and min(o.baseVersion for o in self.intents.values()) < horizon:
+            self.intents = {k: o for k, o in self.intents.items() if o.baseVersion >= horizon}
+
+    def fork(self) -> TableSnapshot:
+        """A copy to plan a group-commit round on: changes to it never reach this snapshot.
+
+        Cheap: partitions are shared until the fork first changes one (then that one is
+        copied), and the top-level maps are copied shallowly (their values are immutable).
+        """
+        if self.torn:
+            raise CorruptLogError("snapshot was torn by a damaged version; load it again")
+        return replace(
+            self,
+            partitions=list(self.partitions),
+            producer_epochs=dict(self.producer_epochs),
+            app_txns=dict(self.app_txns),
+            offsets=dict(self.offsets),
+            pending_offsets={pid: dict(p) for pid, p in self.pending_offsets.items()},
+            intents=dict(self.intents),
+            _shared=set(range(len(self.partitions))),
+        )
 
 
 def _producer(part: PartitionState, pid: int) -> ProducerEntry:
@@ -272,8 +305,8 @@ def apply_action(
         check_protocol(action)
         snap.protocol = action
         if action.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
-            for part in snap.partitions:
-                _drop_below_log_start(part)
+            for p in range(len(snap.partitions)):
+                _drop_below_log_start(_partition(snap, p, path))
     elif isinstance(action, Metadata):
         if action.partitions < len(snap.partitions):
             raise CorruptLogError("metadata reduces the number of partitions", path)
@@ -337,13 +370,16 @@ def apply_action(
             snap.offsets[key] = action
     elif isinstance(action, CommitInfo):
         snap.last_commit_timestamp = max(snap.last_commit_timestamp, action.timestamp)
+        for outcome in action.intents:
+            snap.intents[outcome.id] = outcome
 
 
 def _expire_producer(snap: TableSnapshot, pid: int, path: str | None) -> None:
     if pid in snap.pending_offsets or any(pid in p.ongoing for p in snap.partitions):
         raise CorruptLogError(f"expireProducer {pid}: the producer has an open transaction", path)
-    for part in snap.partitions:
-        part.producers.pop(pid, None)
+    for p, part in enumerate(snap.partitions):
+        if pid in part.producers:
+            _partition(snap, p, path).producers.pop(pid)
     snap.producer_epochs.pop(pid, None)
 
 
@@ -389,9 +425,26 @@ def _raise_epoch(snap: TableSnapshot, pid: int, epoch: int) -> None:
 
 
 def _partition(snap: TableSnapshot, p: int, path: str | None) -> PartitionState:
+    """Partition ``p`` of ``snap``, to change (a fork copies it first)."""
     if not 0 <= p < len(snap.partitions):
         raise CorruptLogError(f"action names partition {p}, table has {len(snap.partitions)}", path)
+    if p in snap._shared:
+        snap._shared.discard(p)
+        snap.partitions[p] = _copy_partition(snap.partitions[p])
     return snap.partitions[p]
+
+
+def _copy_partition(part: PartitionState) -> PartitionState:
+    """A copy that shares nothing mutable with ``part`` (entries themselves are immutable)."""
+    return replace(
+        part,
+        entries=list(part.entries),
+        entry_offsets=list(part.entry_offsets),
+        aborted=list(part.aborted),
+        aborted_last_offsets=list(part.aborted_last_offsets),
+        ongoing=dict(part.ongoing),
+        producers={pid: e.copy() for pid, e in part.producers.items()},
+    )
 
 
 def replay(versions: Iterable[tuple[int, list[Action]]]) -> TableSnapshot:
@@ -430,8 +483,15 @@ def checkpoint_actions(snap: TableSnapshot) -> list[Action]:
         else o
         for o in snap.offsets.values()
     )
-    if snap.last_commit_timestamp:
-        out.append(CommitInfo(snap.last_commit_timestamp, "CHECKPOINT", ""))
+    if snap.last_commit_timestamp or snap.intents:
+        out.append(
+            CommitInfo(
+                snap.last_commit_timestamp,
+                "CHECKPOINT",
+                "",
+                intents=tuple(sorted(snap.intents.values(), key=lambda o: (o.version, o.id))),
+            )
+        )
     for pending in snap.pending_offsets.values():
         out.extend(pending.values())
     return out

@@ -14,7 +14,7 @@ callers resolve it by reading back, never by blindly writing again.
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError, InvalidPathError, ObjectNotFoundError
@@ -134,6 +134,12 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Delete an object; deleting a missing key is not an error."""
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete objects (missing ones are no error); object stores do it in one request
+        per thousand keys, others one by one."""
+        for key in keys:
+            self.delete(key)
+
     def put_data_file(self, key: str, data: bytes) -> None:
         """Write an immutable data file (a Parquet segment); a plain put by default.
 
@@ -213,6 +219,9 @@ class StoreWrapper(Store):
 
     def delete(self, key: str) -> None:
         self.inner.delete(key)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        self.inner.delete_many(keys)
 
     def list_children(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_children(prefix)

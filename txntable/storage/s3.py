@@ -22,7 +22,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -546,6 +546,27 @@ class S3Store(Store):
             )
         except ObjectNotFoundError:
             pass
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """DeleteObjects, a thousand keys per request (missing keys are no error).
+
+        Raises:
+            TransientStorageError: A key could not be deleted (S3 reports it per key).
+        """
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i : i + 1000]
+            request = {"Objects": [{"Key": self._full_key(k)} for k in chunk], "Quiet": True}
+
+            def delete(request: dict[str, Any] = request) -> Any:
+                return self._client.delete_objects(Bucket=self.bucket, Delete=request)
+
+            response = self._call("DELETE", chunk[0], delete)
+            failed = response.get("Errors", [])
+            if failed:
+                raise TransientStorageError(
+                    f"DELETE s3://{self.bucket}/{failed[0].get('Key')}: "
+                    f"{failed[0].get('Code')} ({len(failed)} keys not deleted)"
+                )
 
     # --- conditional puts ---------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError, TransientStorageError
@@ -92,6 +92,12 @@ class CountingStore(StoreWrapper):
         self._count("DELETE")
         self.inner.delete(key)
 
+    def delete_many(self, keys: Sequence[str]) -> None:
+        # One request per thousand keys, as S3's DeleteObjects.
+        for _ in range(0, len(keys), 1000):
+            self._count("DELETE")
+        self.inner.delete_many(keys)
+
 
 class LatencyStore(StoreWrapper):
     """Adds a fixed delay to every request, as an object store's round trip would.
@@ -150,6 +156,11 @@ class LatencyStore(StoreWrapper):
     def delete(self, key: str) -> None:
         self._wait()
         self.inner.delete(key)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        for _ in range(0, len(keys), 1000):
+            self._wait()
+        self.inner.delete_many(keys)
 
 
 @dataclass

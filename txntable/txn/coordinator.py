@@ -40,7 +40,7 @@ from txntable.layout import (
     txn_key,
 )
 from txntable.protocol.actions import loads_strict
-from txntable.protocol.append import PendingBatch, PendingMarker
+from txntable.protocol.append import AppendResult, PendingBatch, PendingMarker
 from txntable.storage.base import Store
 from txntable.storage.cas import load_object, put_cas
 from txntable.table import Table
@@ -319,6 +319,13 @@ class TransactionCoordinator:
         self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Close the table handles the coordinator opened itself (group offset logs)."""
+        with self._lock:
+            tables = list(self._tables.values())
+        for table in tables:
+            table.close()
+
     @staticmethod
     def key(transactional_id: str) -> str:
         """Key of the coordinator object of ``transactional_id``."""
@@ -373,11 +380,14 @@ class TransactionCoordinator:
                 self._tables[name] = Table(self.store, name)
             return self._tables[name]
 
-    def write_markers(self, meta: TxnMetadata, marker_type: str) -> None:
+    def write_markers(
+        self, meta: TxnMetadata, marker_type: str, results: dict[str, AppendResult] | None = None
+    ) -> None:
         """Write ``marker_type`` markers for ``meta``'s transaction to every participant.
 
         One log commit per table covers all its partitions. Markers are skipped where the
-        producer has nothing open, so running this twice writes each marker once.
+        producer has nothing open, so running this twice writes each marker once. The
+        append of each table is reported in ``results`` (the short path's offsets).
         """
         assert marker_type in ("COMMIT", "ABORT")
         for table_name, partitions in sorted(meta.partitions.items()):
@@ -388,9 +398,11 @@ class TransactionCoordinator:
             # Short-path data goes in the same version as its markers; if it was committed
             # already, the sequences make it a duplicate and only missing markers are written.
             batches = list(meta.intent.get(table_name, ())) if marker_type == "COMMIT" else []
-            self._table(table_name).append(
+            result, _ = self._table(table_name).append(
                 batches, markers, transactional_id=meta.transactional_id
             )
+            if results is not None:
+                results[table_name] = result
 
     def _next_epoch(self, meta: TxnMetadata) -> dict[str, int]:
         """The producer id and epoch after ``meta``'s epoch, rotating the id when exhausted."""
@@ -399,7 +411,9 @@ class TransactionCoordinator:
             return {"producer_id": self.allocator.allocate(), "producer_epoch": 0}
         return {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch + 1}
 
-    def complete(self, meta: TxnMetadata, etag: str) -> tuple[TxnMetadata, str]:
+    def complete(
+        self, meta: TxnMetadata, etag: str, results: dict[str, AppendResult] | None = None
+    ) -> tuple[TxnMetadata, str]:
         """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state.
 
         The Complete state carries the next epoch (Kafka's KIP-890 bumps the epoch with every
@@ -418,7 +432,7 @@ class TransactionCoordinator:
         else:
             raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
         try:
-            self.write_markers(meta, marker)
+            self.write_markers(meta, marker, results)
         except ProducerFencedError as e:
             raise PreconditionFailedError(
                 f"transactional id {meta.transactional_id}: transaction already completed and "
@@ -549,6 +563,7 @@ class TransactionCoordinator:
         epoch: int,
         intent: dict[str, tuple[PendingBatch, ...]],
         cached: tuple[TxnMetadata, str] | None,
+        results: dict[str, AppendResult] | None = None,
     ) -> tuple[TxnMetadata, str]:
         """Commit a transaction whose data is not in any log yet, in three writes.
 
@@ -571,7 +586,7 @@ class TransactionCoordinator:
             if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
                 # Our own earlier attempt (whose outcome was unknown) made the decision.
                 try:
-                    return self.complete(meta, etag)
+                    return self.complete(meta, etag, results)
                 except PreconditionFailedError:
                     cached = None  # completed by another client meanwhile: reload, confirm
                     continue
@@ -588,7 +603,7 @@ class TransactionCoordinator:
                 cached = None
                 continue
             try:
-                return self.complete(prepared, etag)
+                return self.complete(prepared, etag, results)
             except PreconditionFailedError:
                 cached = None  # another client completed it first: reload and confirm
 

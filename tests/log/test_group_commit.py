@@ -1,0 +1,264 @@
+"""Group commit on a real store: many writers, a committer, followers that help.
+
+Writers are threads with their own Warehouse on one local directory (a real backend),
+behind a small latency so that they really race. What a user relies on: every acknowledged
+record is in the table exactly once, at the offset its future reported; a refused operation
+raises its error in its own writer; a dead committer costs latency, never progress; a
+maintenance commit is never starved by busy producers.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from txntable import Producer, Warehouse
+from txntable.errors import InvalidProducerEpochError
+from txntable.layout import intent_key, intents_prefix
+from txntable.log.group_commit import (
+    GroupCommitConfig,
+    Lease,
+    LeaseState,
+)
+from txntable.protocol.append import PendingBatch
+from txntable.protocol.records import encode_segment
+from txntable.protocol.sequencing import AppendOp, Intent
+from txntable.storage.local import LocalStore
+from txntable.storage.wrappers import CountingStore, LatencyStore
+from txntable.structs import ProducerRecord
+from txntable.table import Table
+from txntable.util import now_ms
+
+PARTITIONS = 4
+FAST = GroupCommitConfig(help_ms=150, idle_ms=300, lease_ms=1000, timeout_ms=60_000)
+
+
+def warehouse(root: Path, latency_ms: float = 2, cfg: GroupCommitConfig = FAST) -> Warehouse:
+    return Warehouse(store=LatencyStore(LocalStore(str(root)), latency_ms), group_commit=cfg)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    Warehouse(store=LocalStore(str(tmp_path))).create_table("t", partitions=PARTITIONS)
+    yield tmp_path
+
+
+def read_committed(root: Path) -> dict[int, list[tuple[int, bytes]]]:
+    scan = Warehouse(store=LocalStore(str(root))).table("t").scan().to_arrow()
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    for p, o, v in zip(
+        scan.column("partition").to_pylist(),
+        scan.column("offset").to_pylist(),
+        scan.column("value").to_pylist(),
+        strict=True,
+    ):
+        out.setdefault(p, []).append((o, v))
+    return out
+
+
+def run_writers(root: Path, writers: int, records: int, transactional: bool) -> dict:
+    """Each writer sends ``records`` records one commit at a time; returns what was acked
+    ({(partition, offset): value}) and the writers' group-commit counters."""
+    acked: dict[tuple[int, int], bytes] = {}
+    stats: list[dict[str, int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def writer(i: int) -> None:
+        try:
+            tid = f"w{i}" if transactional else None
+            producer = Producer(warehouse(root), transactional_id=tid, linger_ms=0,
+                                auto_maintenance=False)
+            if transactional:
+                producer.init_transactions()
+            rng = random.Random(i)
+            for n in range(records):
+                value = f"{i}-{n}".encode()
+                if transactional:
+                    producer.begin_transaction()
+                future = producer.send("t", value=value, partition=rng.randrange(PARTITIONS))
+                if transactional:
+                    producer.commit_transaction()
+                meta = future.get(timeout=60)
+                with lock:
+                    acked[(meta.partition, meta.offset)] = value
+            gc = producer._table("t").group_commit
+            assert gc is not None
+            with lock:
+                stats.append(dict(gc.stats))
+            producer.close()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a writer hung"
+    assert errors == []
+    totals: dict[str, int] = {}
+    for s in stats:
+        for k, v in s.items():
+            totals[k] = totals.get(k, 0) + v
+    return {"acked": acked, "stats": totals}
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["idempotent", "transactional"])
+def test_many_writers_land_every_acknowledged_record_once(root: Path, transactional: bool) -> None:
+    out = run_writers(root, writers=8, records=15, transactional=transactional)
+    acked = out["acked"]
+    assert len(acked) == 8 * 15
+    got = read_committed(root)
+    seen = {(p, o): v for p, rows in got.items() for o, v in rows}
+    assert seen == acked  # exactly the acknowledged records, at their offsets
+    for rows in got.values():
+        offsets = [o for o, _ in rows]
+        if transactional:  # a COMMIT marker after each record
+            assert offsets == list(range(0, 2 * len(rows), 2))
+        else:
+            assert offsets == list(range(len(rows)))
+    assert out["stats"]["followed"] + out["stats"]["rounds"] > 0, "no round ran: no contention"
+
+
+def test_a_follower_helps_when_the_committer_is_gone(root: Path) -> None:
+    """A live lease whose owner died: writers that follow it commit rounds themselves."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    dead = Lease(table, "dead" * 8, 60_000).take(None)
+    assert dead is not None
+    gc = table.group_commit
+    assert gc is not None
+    gc._seen = dead  # follow the dead committer
+    started = time.monotonic()
+    result, version = table.submit(AppendOp((_segment(wh, table, 0),)))
+    assert result.base_offsets == [0]
+    assert gc.stats["helps"] >= 1 and gc.stats["followed"] == 1
+    assert time.monotonic() - started < 10
+    assert wh.table("t").snapshot().partition(0).high_watermark == 1
+    # The intent was decided by the version and then deleted.
+    assert list(wh.store.list(intents_prefix("t"))) == [] or _eventually_empty(wh)
+
+
+def test_a_lapsed_lease_is_taken_over_by_a_waiting_writer(root: Path) -> None:
+    wh = warehouse(root)
+    table = wh.table("t")
+    lapsed = Lease(table, "gone" * 8, 1).take(None)  # expires at once
+    assert lapsed is not None
+    gc = table.group_commit
+    assert gc is not None
+    gc._seen = LeaseState(lapsed.owner, lapsed.epoch, now_ms() + 200, lapsed.etag)
+    result, _ = table.submit(AppendOp((_segment(wh, table, 1),)))
+    assert result.base_offsets == [0]
+    lease = Lease(table, "someone", 1000).read()
+    assert lease is not None and lease.owner == gc.id and lease.epoch == lapsed.epoch + 1
+    gc.close()
+    released = Lease(table, "someone", 1000).read()
+    assert released is not None and not released.live(now_ms())
+
+
+def test_a_refused_intent_raises_its_error_in_its_own_writer(root: Path) -> None:
+    wh = warehouse(root)
+    table = wh.table("t")
+    table.submit(AppendOp((_segment(wh, table, 0, pid=5, epoch=3, seq=0),)))
+    gc = table.group_commit
+    assert gc is not None
+    gc._seen = Lease(table, "dead" * 8, 60_000).take(None)
+    with pytest.raises(InvalidProducerEpochError, match="epoch 2"):
+        table.submit(AppendOp((_segment(wh, table, 0, pid=5, epoch=2, seq=1),)))
+    snap = wh.table("t").snapshot()
+    assert snap.partition(0).high_watermark == 1
+    (outcome,) = [o for o in snap.intents.values() if o.error is not None]
+    assert outcome.error == "InvalidProducerEpochError"
+
+
+def test_two_committers_racing_decide_each_intent_once(root: Path) -> None:
+    """A committer that lost the race sequences again: what the winner decided is no longer
+    eligible, so nothing is committed twice (plain batches: no sequence to catch it)."""
+    wh = warehouse(root)
+    a, b = wh.table("t"), wh.table("t")
+    b.snapshot()  # b's snapshot stays at the version before a's round
+    for i in range(4):
+        it = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, a, i % PARTITIONS),)), None,
+                    now_ms())
+        wh.store.put(intent_key("t", it.created_ms, it.id), it.to_json())
+    ga, gb = a.group_commit, b.group_commit
+    assert ga is not None and gb is not None
+    decided, _ = ga._round([], None)
+    assert decided == 4
+    again, _ = gb._round([], None)  # stale: its put loses, it refreshes, nothing is left
+    assert again == 0
+    snap = wh.table("t").snapshot()
+    assert sum(p.high_watermark for p in snap.partitions) == 4
+    assert snap.version == 1
+
+
+def test_maintenance_completes_next_to_busy_producers(root: Path) -> None:
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    sent = [0]
+
+    def produce(i: int) -> None:
+        try:
+            with Producer(warehouse(root), linger_ms=0, auto_maintenance=False) as producer:
+                while not stop.is_set():
+                    producer.send("t", value=b"v", partition=i % PARTITIONS).get(timeout=60)
+                    sent[0] += 1
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        table = warehouse(root).table("t")
+        reports = []
+        for _ in range(3):
+            started = time.monotonic()
+            reports.append(table.optimize(target_bytes=1 << 20))
+            assert time.monotonic() - started < 30
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert failures == []
+    assert sum(r.segments_written for r in reports) >= 1
+    got = read_committed(root)
+    assert sum(len(rows) for rows in got.values()) == sent[0]
+
+
+def _segment(
+    wh: Warehouse, table: Table, partition: int, pid: int = -1, epoch: int = -1, seq: int = -1
+) -> PendingBatch:
+    data = encode_segment([ProducerRecord(None, b"x", timestamp=1)])
+    path = table.segment_key(partition, f"{now_ms():013d}-{uuid.uuid4().hex}.parquet")
+    wh.store.put_data_file(path, data)
+    return PendingBatch(partition, path, 1, len(data), pid, epoch, seq, False, 1, 1)
+
+
+def _eventually_empty(wh: Warehouse) -> bool:
+    for _ in range(100):
+        if not list(wh.store.list(intents_prefix("t"))):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_single_writer_commits_directly(root: Path) -> None:
+    """A single writer commits directly: one conditional put per record, no intent."""
+    store = CountingStore(LocalStore(str(root)))
+    with Producer(Warehouse(store=store), linger_ms=0, auto_maintenance=False) as producer:
+        producer.send("t", value=b"warm", partition=0).get()
+        store.reset()
+        for _ in range(5):
+            producer.send("t", value=b"x", partition=0).get()
+        counts = store.snapshot()
+    assert counts["CONDITIONAL_PUT"] == 5 and counts["LIST"] == 0
+    assert not list(store.list(intents_prefix("t")))

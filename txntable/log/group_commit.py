@@ -1,0 +1,992 @@
+"""Group commit: many writers of one log, one committer per round, helping when it dies.
+
+A log is a chain of put-if-absent versions; one operation per version caps a table at one
+commit per storage round trip, and racing writers mostly lose. Here durability and
+sequencing are apart: a writer's data is already durable (segments), its operation is
+written as a small uniquely named **intent**, and one committer binds every pending intent
+to the next version per round (:mod:`txntable.protocol.sequencing` decides what goes in). Who
+commits (the spec's "Group commit"):
+
+* **solo** — a writer that meets no other writer commits its own version directly, exactly
+  as before (so one writer is no slower).
+* After ``ESCALATE_AFTER_CONFLICTS`` lost races in a row it reads the **lease**
+  (``<root>/_commit/lease.json``: owner, epoch, expiry; changed by CAS only): with no live
+  lease it takes it and becomes the **committer**, else it is a **follower**.
+* The committer runs rounds in a background thread — LIST the intents, GET the new ones,
+  sequence them after its own operations into one version, put it, publish the round's
+  outcomes, delete the decided intents (the next round's LIST overlaps this round's put) —
+  and steps down after ``idle_ms`` without another writer's intent, or when its lease is
+  taken.
+* A follower writes its intent (``<root>/_commit/intents/<ms>-<id>.json``) and waits for a
+  round to decide it: it reads the committer's **outcome record**
+  (``<root>/_commit/outcomes.json``, a hint: the outcomes and offsets of its last rounds,
+  so a follower needs one read however many versions went by), and the log itself when the
+  record does not tell. If nothing decides it within ``help_ms`` it commits a round itself
+  (taking the lease if it lapsed): a dead committer costs latency, never progress.
+
+Safety rests on put-if-absent alone: a zombie committer's version is a valid serialisation
+of the intents it read, or it loses the put; the lease and the outcome record only decide
+who does the work and how fast a follower hears of it. What a version decides is in its
+``commitInfo.intents``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from txntable import config, errors
+from txntable.errors import (
+    CorruptLogError,
+    KafkaTimeoutError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PreconditionFailedError,
+    StorageError,
+    TransientStorageError,
+    TxnTableError,
+    UnsupportedProtocolError,
+)
+from txntable.layout import intent_id_of, intent_key, intents_prefix, lease_key, outcomes_key
+from txntable.protocol.actions import (
+    INTENT_WINDOW_VERSIONS,
+    Batch,
+    CommitInfo,
+    CommitPlan,
+    IntentOutcome,
+    Marker,
+    check_protocol,
+    loads_strict,
+)
+from txntable.protocol.append import AppendResult
+from txntable.protocol.sequencing import (
+    AppendOp,
+    Intent,
+    Operation,
+    RoundItem,
+    RoundPlan,
+    eligible,
+    sequence_round,
+)
+from txntable.protocol.snapshot import TableSnapshot
+from txntable.util import now_ms
+
+if TYPE_CHECKING:
+    from txntable.table import Table
+
+_log = logging.getLogger(__name__)
+
+LEASE_FORMAT_VERSION = 1
+OUTCOMES_FORMAT_VERSION = 1
+#: Lost races in a row after which a solo writer looks for (or becomes) a committer.
+ESCALATE_AFTER_CONFLICTS = 2
+#: Versions the outcome record covers (the newest ones).
+OUTCOME_RECORD_VERSIONS = 64
+#: A follower reads the log instead of the record after the record moved on this many
+#: times without its intent (it may miss one round by listing late).
+RECORD_MISSES = 3
+
+Build = Callable[[TableSnapshot], CommitPlan[Any]]
+
+
+@dataclass(frozen=True)
+class GroupCommitConfig:
+    """Client settings of group commit (see :mod:`txntable.config` for the defaults)."""
+
+    enabled: bool = config.GROUP_COMMIT_DEFAULT
+    #: How long a committer's lease lasts unless renewed.
+    lease_ms: int = config.COMMIT_LEASE_MS_DEFAULT
+    #: How long a follower waits for a round to decide its intent before committing one.
+    help_ms: int = config.COMMIT_HELP_MS_DEFAULT
+    #: A committer with no other writer's intent for this long steps down.
+    idle_ms: int = config.COMMIT_IDLE_MS_DEFAULT
+    #: How often a follower looks for its outcome while it waits.
+    poll_ms: int = config.COMMIT_POLL_MS_DEFAULT
+    #: Most intents one round decides.
+    max_round_intents: int = config.COMMIT_MAX_ROUND_INTENTS_DEFAULT
+    #: How long one commit may take before it fails with a timeout (outcome unknown).
+    timeout_ms: int = config.COMMIT_TIMEOUT_MS_DEFAULT
+
+
+def _unique_json(body: dict[str, Any]) -> bytes:
+    """JSON of a CAS object with a fresh ``writeId``: equal bytes are always our own write."""
+    body = {**body, "writeId": uuid.uuid4().hex}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+# --- the lease ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """The lease object as read: who commits rounds, until when (holder's clock)."""
+
+    owner: str
+    epoch: int
+    expires_ms: int
+    etag: str
+
+    def live(self, now: int) -> bool:
+        return self.expires_ms > now
+
+
+class Lease:
+    """The committer lease of one log: a CAS object, never trusted for safety."""
+
+    def __init__(self, table: Table, owner: str, ttl_ms: int) -> None:
+        self.store = table.store
+        self.key = lease_key(table.log.root)
+        self.owner = owner
+        self.ttl_ms = ttl_ms
+
+    def read(self) -> LeaseState | None:
+        """The current lease, or ``None`` if there is none. A damaged one reads as lapsed."""
+        try:
+            obj = self.store.get(self.key)
+        except ObjectNotFoundError:
+            return None
+        try:
+            body = loads_strict(obj.data)
+            version, owner = body["version"], body["owner"]
+            epoch, expires = body["epoch"], body["expiresMs"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            _log.warning("%s: lease object is damaged; it will be replaced", self.key)
+            return LeaseState("", -1, 0, obj.etag)
+        if not isinstance(version, int) or version > LEASE_FORMAT_VERSION:
+            raise UnsupportedProtocolError(f"{self.key}: lease format {version!r} is newer")
+        if not (isinstance(owner, str) and isinstance(epoch, int) and isinstance(expires, int)):
+            return LeaseState("", -1, 0, obj.etag)
+        return LeaseState(owner, epoch, expires, obj.etag)
+
+    def take(self, current: LeaseState | None) -> LeaseState | None:
+        """CAS the lease to this owner (over ``current``); ``None`` if another won."""
+        epoch = 0 if current is None else current.epoch + 1
+        return self._write(current, epoch, now_ms() + self.ttl_ms)
+
+    def renew(self, held: LeaseState) -> LeaseState | None:
+        """Extend a held lease; ``None`` if it was taken meanwhile."""
+        return self._write(held, held.epoch, now_ms() + self.ttl_ms)
+
+    def release(self, held: LeaseState) -> None:
+        """Give the lease up at once (it expires now), unless it was taken meanwhile."""
+        try:
+            self._write(held, held.epoch, 0)
+        except (StorageError, OSError) as e:
+            _log.info("%s: lease not released (%s); it expires on its own", self.key, e)
+
+    def _write(self, current: LeaseState | None, epoch: int, expires: int) -> LeaseState | None:
+        data = _unique_json(
+            {
+                "version": LEASE_FORMAT_VERSION,
+                "owner": self.owner,
+                "epoch": epoch,
+                "expiresMs": expires,
+            }
+        )
+        try:
+            if current is None:
+                etag = self.store.put_if_absent(self.key, data)
+            else:
+                etag = self.store.put_if_match(self.key, data, current.etag)
+        except (PreconditionFailedError, ObjectExistsError, ObjectNotFoundError):
+            return None
+        except TransientStorageError:
+            try:  # ambiguous: ours iff our exact bytes (unique by writeId) are there
+                obj = self.store.get(self.key)
+            except (ObjectNotFoundError, TransientStorageError):
+                return None
+            if obj.data != data:
+                return None
+            etag = obj.etag
+        return LeaseState(self.owner, epoch, expires, etag)
+
+
+# --- results in the outcome record --------------------------------------------------------
+
+
+def _result_to_json(result: Any) -> Any:
+    if isinstance(result, AppendResult):
+        return {
+            "baseOffsets": result.base_offsets,
+            "duplicates": result.duplicates,
+            "markerOffsets": {str(p): o for p, o in result.marker_offsets.items()},
+        }
+    return None
+
+
+def _result_from_json(op: Operation, body: Any) -> Any:
+    if not isinstance(op, AppendOp):
+        return None
+    if not isinstance(body, dict):
+        raise ValueError("no append result")
+    result = AppendResult(
+        [int(o) for o in body["baseOffsets"]],
+        [bool(d) for d in body["duplicates"]],
+        {int(p): int(o) for p, o in body["markerOffsets"].items()},
+    )
+    if len(result.base_offsets) != len(op.batches):
+        raise ValueError("append result does not match the operation")
+    return result
+
+
+def _parse_record(data: bytes) -> dict[int, dict[str, list[Any]]]:
+    """The rounds of an outcome record, by version.
+
+    Raises:
+        ValueError, KeyError, TypeError: Not a well-formed record.
+    """
+    body = loads_strict(data)
+    if body["version"] > OUTCOMES_FORMAT_VERSION:
+        raise ValueError("outcome record format is newer")
+    out: dict[int, dict[str, list[Any]]] = {}
+    for r in body["rounds"]:
+        intents = r["intents"]
+        if not isinstance(intents, dict):
+            raise TypeError("intents is not an object")
+        out[int(r["version"])] = intents
+    return out
+
+
+# --- one commit waiting in the committer's queue ------------------------------------------
+
+
+class _Local:
+    """An operation of this process handed to its committer thread."""
+
+    def __init__(self, item: RoundItem) -> None:
+        self.item = item
+        self.done = threading.Event()
+        self.result: tuple[CommitPlan[Any], int] | None = None
+        self.error: BaseException | None = None
+        #: The committer stepped down before deciding it: submit it again.
+        self.again = False
+
+    def settle(
+        self,
+        result: tuple[CommitPlan[Any], int] | None = None,
+        error: BaseException | None = None,
+        again: bool = False,
+    ) -> None:
+        self.result, self.error, self.again = result, error, again
+        self.done.set()
+
+
+@dataclass
+class _Listing:
+    """Intents listed by one LIST, the new ones read."""
+
+    keys: list[str]
+    read: dict[str, Intent | None]
+
+
+class GroupCommit:
+    """Commits of one table handle: solo, as the committer, or as a follower."""
+
+    def __init__(self, table: Table, cfg: GroupCommitConfig) -> None:
+        self.table = table
+        self.cfg = cfg
+        self.id = uuid.uuid4().hex
+        self.lease = Lease(table, self.id, cfg.lease_ms)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: deque[_Local] = deque()
+        self._held: LeaseState | None = None
+        self._committer: threading.Thread | None = None
+        self._closing = False
+        #: The last lease seen held by another writer (a follower trusts it until expiry).
+        self._seen: LeaseState | None = None
+        self._conflicts = 0
+        self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
+        self._pool: ThreadPoolExecutor | None = None
+        self._deleting: set[str] = set()  # intent keys being deleted
+        #: The outcome record as this handle last wrote or read it: version -> {intent id:
+        #: [error, message, result]}, and its etag (None: not known).
+        self._record: dict[int, dict[str, list[Any]]] = {}
+        self._record_etag: str | None = None
+        self._recorder: ThreadPoolExecutor | None = None
+        #: The newest version this handle knows exists (from the outcome record).
+        self._tip_hint = -1
+        #: How long deciding this handle's last intents took (a moving average, seconds).
+        self._decide_s = 0.0
+        self.stats = {"rounds": 0, "intents": 0, "helps": 0, "direct": 0, "followed": 0}
+
+    # --- entry points ----------------------------------------------------------------
+
+    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[Any, int]:
+        """Commit a declarative operation; returns its result and the deciding version.
+
+        Raises:
+            TxnTableError: The operation was refused (the class its validation raised).
+            KafkaTimeoutError: Not decided within ``timeout_ms`` (outcome unknown).
+        """
+        deadline = time.monotonic() + self.cfg.timeout_ms / 1000
+
+        def build(s: TableSnapshot) -> CommitPlan[Any]:
+            return op.plan(s, now_ms())
+
+        while True:
+            mode = self._mode()
+            if mode == "committer":
+                done = self._through_committer(RoundItem(build, None, transactional_id), deadline)
+                if done is not None:
+                    return done[0].result, done[1]
+            elif mode == "follower":
+                return self._follow(op, transactional_id, deadline)
+            else:
+                direct = self._direct(build, transactional_id, deadline)
+                if direct is not None:
+                    return direct[0].result, direct[1]
+                self._escalate(force=False)
+
+    def commit(
+        self, build: Build, transactional_id: str | None = None
+    ) -> tuple[CommitPlan[Any], int]:
+        """Commit what ``build`` plans (a pure function of the snapshot, as Log.commit).
+
+        Such an operation cannot be handed to another writer, so under contention this
+        writer becomes the committer (taking the lease over if needed) and puts it first in
+        its next round: maintenance never starves behind producers.
+        """
+        deadline = time.monotonic() + self.cfg.timeout_ms / 1000
+        item = RoundItem(build, None, transactional_id)
+        while True:
+            mode = self._mode()
+            if mode == "committer":
+                done = self._through_committer(item, deadline)
+                if done is not None:
+                    return done
+            elif mode == "follower":
+                self._escalate(force=True)
+            else:
+                direct = self._direct(build, transactional_id, deadline)
+                if direct is not None:
+                    return direct
+                self._escalate(force=True)
+
+    def close(self) -> None:
+        """Step down if committing: the lease is released, so nobody waits for it to lapse."""
+        with self._lock:
+            committer = self._committer
+            self._closing = True
+            self._wake.notify_all()
+        if committer is not None:
+            committer.join(5)
+        with self._lock:
+            self._closing = False  # usable again: a later commit starts as a single writer
+
+    # --- modes -----------------------------------------------------------------------
+
+    def _mode(self) -> str:
+        with self._lock:
+            if self._committer is not None and self._held is not None:
+                return "committer"
+            seen = self._seen
+        if seen is None:
+            return "solo"
+        if not seen.live(now_ms()):
+            # The lease we followed has expired by its own clock: it may have been renewed
+            # since (one GET per lease period), or its committer stepped down.
+            seen = self._seen = self.lease.read()
+            if seen is None or seen.owner == self.id or not seen.live(now_ms()):
+                self._seen = None
+                return "solo"
+        return "follower"
+
+    def _escalate(self, force: bool) -> None:
+        """After lost races: follow a live committer, or become the committer (``force``:
+        even over a live one — for operations only this writer can commit)."""
+        current = self.lease.read()
+        live = current is not None and current.live(now_ms())
+        if live and current is not None and current.owner != self.id and not force:
+            self._seen = current
+            return
+        held = self.lease.take(current)
+        if held is None:
+            self._seen = self.lease.read()  # someone else won: follow them
+            return
+        self._start_committer(held)
+
+    def _start_committer(self, held: LeaseState) -> None:
+        with self._lock:
+            self._held = held
+            self._seen = None
+            if self._committer is None and not self._closing:
+                self._committer = threading.Thread(
+                    target=self._run_committer, name="txntable-committer", daemon=True
+                )
+                self._committer.start()
+                _track(self)
+
+    # --- solo ------------------------------------------------------------------------
+
+    def _direct(
+        self, build: Build, transactional_id: str | None, deadline: float
+    ) -> tuple[CommitPlan[Any], int] | None:
+        """Commit alone; ``None`` after ``ESCALATE_AFTER_CONFLICTS`` lost races in a row."""
+        log = self.table.log
+        commit_id = uuid.uuid4().hex
+        attempt = 0
+        while True:
+            self._check_deadline(deadline)
+            with self.table._lock:
+                snap = self.table.snapshot(refresh=False)
+                if snap.protocol is not None:
+                    check_protocol(snap.protocol, write=True)
+                try:
+                    plan = build(snap)
+                except TxnTableError:
+                    if log.refresh(snap):
+                        continue
+                    raise
+                if not plan.actions:
+                    if log.refresh(snap):
+                        continue
+                    return plan, snap.version
+                info = CommitInfo(
+                    now_ms(), plan.operation, commit_id, transactionalId=transactional_id
+                )
+                if log.try_put(snap, [*plan.actions, info]):
+                    self._conflicts = 0
+                    self.stats["direct"] += 1
+                    return plan, snap.version
+            self._conflicts += 1
+            if self._conflicts >= ESCALATE_AFTER_CONFLICTS:
+                self._conflicts = 0
+                return None
+            log._backoff(attempt)
+            attempt += 1
+
+    def _check_deadline(self, deadline: float) -> None:
+        if time.monotonic() > deadline:
+            raise KafkaTimeoutError(
+                f"{self.table.name}: commit not decided within {self.cfg.timeout_ms} ms "
+                "(its outcome is unknown)"
+            )
+
+    # --- the committer ---------------------------------------------------------------
+
+    def _through_committer(
+        self, item: RoundItem, deadline: float
+    ) -> tuple[CommitPlan[Any], int] | None:
+        local = _Local(item)
+        with self._lock:
+            if self._committer is None or self._held is None:
+                return None
+            self._queue.append(local)
+            self._wake.notify_all()
+        while not local.done.wait(0.1):
+            self._check_deadline(deadline)
+        if local.again:
+            return None
+        if local.error is not None:
+            raise local.error
+        assert local.result is not None
+        return local.result
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(16, thread_name_prefix="txntable-commit")
+        return self._pool
+
+    def _run_committer(self) -> None:
+        idle_since = time.monotonic()
+        backoff = 0.001
+        listing: Future[_Listing] | None = None
+        try:
+            while True:
+                with self._lock:
+                    held = self._held
+                    if held is None or self._closing:
+                        break
+                    locals_ = list(self._queue)
+                    self._queue.clear()
+                if held.expires_ms - now_ms() < self.cfg.lease_ms / 2:
+                    renewed = self.lease.renew(held)
+                    with self._lock:
+                        self._held = renewed
+                    if renewed is None:
+                        for local in locals_:
+                            local.settle(again=True)
+                        break
+                if listing is None:
+                    try:
+                        listing = self._executor().submit(self._list_intents)
+                    except RuntimeError:  # the interpreter is shutting down
+                        break
+                try:
+                    foreign, listing = self._round(locals_, listing)
+                except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
+                    _log.warning("%s: commit round failed: %s", self.table.name, e)
+                    listing = None
+                    for local in locals_:
+                        if not local.done.is_set():
+                            local.settle(error=e)
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 0.1)
+                    continue
+                if foreign or locals_:
+                    backoff = 0.001
+                    if foreign:
+                        idle_since = time.monotonic()
+                    continue
+                if (time.monotonic() - idle_since) * 1000 >= self.cfg.idle_ms:
+                    break
+                with self._lock:
+                    if not self._queue:
+                        self._wake.wait(backoff)
+                backoff = min(backoff * 2, self.cfg.poll_ms / 1000 * 2)
+        finally:
+            with self._lock:
+                held, self._held = self._held, None
+                self._committer = None
+                leftover = list(self._queue)
+                self._queue.clear()
+            for local in leftover:
+                local.settle(again=True)
+            if held is not None:
+                self.lease.release(held)
+
+    def _round(
+        self, locals_: list[_Local], listing: Future[_Listing] | None, mine: Intent | None = None
+    ) -> tuple[int, Future[_Listing] | None]:
+        """One round: the listed intents after ``locals_``, as one version.
+
+        Retries lost races until the round is written (or nothing is left to write). The
+        next round's listing is started while this round's version is put (``listing``
+        in, the next one out; ``None``: list now, synchronously).
+
+        Returns:
+            How many other writers' intents it decided, and the next listing.
+        """
+        while True:
+            listed = listing.result() if listing is not None else self._list_intents()
+            listing = None
+            intents = self._pending(listed, mine)
+            items = [local.item for local in locals_] + [
+                RoundItem.of_intent(i, now_ms()) for i in intents
+            ]
+            if not items:
+                return 0, None
+            with self.table._lock:
+                snap = self.table.snapshot(refresh=False)
+                plan = sequence_round(snap, items)
+                if plan.empty:
+                    # Nothing to write: final only against the newest version.
+                    if self.table.log.refresh(snap):
+                        continue
+                    written = True
+                else:
+                    info = CommitInfo(
+                        now_ms(),
+                        plan.operation,
+                        uuid.uuid4().hex,
+                        transactionalId=plan.transactional_id,
+                        intents=tuple(plan.outcomes),
+                    )
+                    # The next round's listing overlaps this put.
+                    if mine is None:
+                        try:
+                            listing = self._executor().submit(self._list_intents)
+                        except RuntimeError:  # the interpreter is shutting down
+                            listing = None
+                    written = self.table.log.try_put(snap, [*plan.actions, info])
+                version = snap.version
+            if not written:
+                continue  # lost the race: the snapshot was refreshed, sequence again
+            self.stats["rounds"] += 1
+            self.stats["intents"] += len(plan.outcomes)
+            self._settle(locals_, plan, version)
+            self._publish(items, plan, version)
+            self._forget(intents, snap)
+            return len([i for i in intents if mine is None or i.id != mine.id]), listing
+
+    @staticmethod
+    def _settle(locals_: list[_Local], plan: RoundPlan, version: int) -> None:
+        for local, result in zip(locals_, plan.results, strict=False):
+            if isinstance(result, TxnTableError):
+                local.settle(error=result)
+            else:
+                assert result is not None
+                local.settle(result=(result, version))
+
+    def _publish(self, items: list[RoundItem], plan: RoundPlan, version: int) -> None:
+        """Add the round to the outcome record (a hint for followers; written in order by
+        one background thread, merged with other committers' rounds by CAS)."""
+        decided: dict[str, list[Any]] = {}
+        for item, result in zip(items, plan.results, strict=True):
+            if item.intent is None or result is None:
+                continue
+            if isinstance(result, TxnTableError):
+                decided[item.intent.id] = [type(result).__name__, str(result), None]
+            else:
+                decided[item.intent.id] = [None, "", _result_to_json(result.result)]
+        if not decided:
+            return
+        if self._recorder is None:
+            self._recorder = ThreadPoolExecutor(1, thread_name_prefix="txntable-outcomes")
+        try:
+            self._recorder.submit(self._write_record, version, decided)
+        except RuntimeError:  # the interpreter is shutting down: followers read the log
+            pass
+
+    def _write_record(self, version: int, decided: dict[str, list[Any]]) -> None:
+        key = outcomes_key(self.table.log.root)
+        self._record[version] = decided
+        for _ in range(5):
+            newest = max(self._record)
+            for v in [v for v in self._record if v <= newest - OUTCOME_RECORD_VERSIONS]:
+                del self._record[v]
+            data = _unique_json(
+                {
+                    "version": OUTCOMES_FORMAT_VERSION,
+                    "rounds": [
+                        {"version": v, "intents": d} for v, d in sorted(self._record.items())
+                    ],
+                }
+            )
+            try:
+                if self._record_etag is None:
+                    self._record_etag = self.table.store.put_if_absent(key, data)
+                else:
+                    self._record_etag = self.table.store.put_if_match(
+                        key, data, self._record_etag
+                    )
+                return
+            except (PreconditionFailedError, ObjectExistsError, ObjectNotFoundError):
+                pass  # another committer wrote it: merge its rounds with ours
+            except (StorageError, OSError) as e:
+                self._record_etag = None
+                _log.info("outcome record not written (%s): followers read the log", e)
+                return
+            try:
+                obj = self.table.store.get(key)
+                self._record.update(_parse_record(obj.data))
+                self._record_etag = obj.etag
+            except ObjectNotFoundError:
+                self._record_etag = None
+            except (StorageError, OSError, ValueError, KeyError, TypeError) as e:
+                _log.info("outcome record not merged (%s): followers read the log", e)
+                return
+
+    def _list_intents(self) -> _Listing:
+        """LIST the intents and GET the ones not read yet (I/O only; run in the pool)."""
+        root = self.table.log.root
+        keys = sorted(self.table.store.list(intents_prefix(root)))
+        decided = self.table.snapshot(refresh=False).intents
+        fresh = [
+            k
+            for k in keys
+            if k not in self._intents and (i := intent_id_of(k)) is not None and i not in decided
+        ]
+        return _Listing(keys, self._read_intents(fresh))
+
+    def _pending(self, listed: _Listing, mine: Intent | None) -> list[Intent]:
+        """The listed intents still undecided, oldest first; deletes the decided ones."""
+        snap = self.table.snapshot(refresh=False)
+        self._intents.update(listed.read)
+        present = set(listed.keys)
+        for key in [k for k in self._intents if k not in present]:
+            del self._intents[key]  # deleted by someone: decided or given up
+        out: list[Intent] = []
+        done: list[str] = []
+        for key in listed.keys:
+            intent_id = intent_id_of(key)
+            if key not in self._intents and intent_id is not None and intent_id in snap.intents:
+                done.append(key)  # decided, and not deleted yet (or its delete failed)
+        for key, intent in sorted(self._intents.items()):
+            if intent is None:
+                continue
+            if eligible(intent, snap):
+                out.append(intent)
+            elif intent.id in snap.intents or (
+                intent.base_version <= snap.version - INTENT_WINDOW_VERSIONS
+            ):
+                done.append(key)  # decided, or past its window: never decided now
+        for key in done:
+            self._intents.pop(key, None)
+        self._delete(done)
+        if mine is not None and all(i.id != mine.id for i in out) and eligible(mine, snap):
+            out.insert(0, mine)
+        return out[: self.cfg.max_round_intents]
+
+    def _read_intents(self, keys: list[str]) -> dict[str, Intent | None]:
+        def read(key: str) -> Intent | None:
+            try:
+                return Intent.from_json(self.table.store.get(key).data, key)
+            except ObjectNotFoundError:
+                return None
+            except (CorruptLogError, UnsupportedProtocolError) as e:
+                _log.warning("skipping intent %s: %s", key, e)
+                return None
+
+        if len(keys) <= 1:
+            return {k: read(k) for k in keys}
+        with ThreadPoolExecutor(min(16, len(keys))) as pool:
+            return dict(zip(keys, pool.map(read, keys), strict=True))
+
+    def _forget(self, intents: list[Intent], snap: TableSnapshot) -> None:
+        root = self.table.log.root
+        done = [intent_key(root, i.created_ms, i.id) for i in intents if i.id in snap.intents]
+        for key in done:
+            self._intents.pop(key, None)
+        self._delete(done)
+
+    def _delete(self, keys: list[str]) -> None:
+        """Delete decided (or expired) intents in the background, each key once at a time."""
+        with self._lock:
+            keys = [k for k in keys if k not in self._deleting]
+            self._deleting.update(keys)
+        if not keys:
+            return
+
+        def delete() -> None:
+            try:
+                self.table.store.delete_many(keys)
+            except (StorageError, OSError) as e:
+                _log.info("intents not deleted (%s): a later round deletes them", e)
+            finally:
+                with self._lock:
+                    self._deleting.difference_update(keys)
+
+        try:
+            self._executor().submit(delete)
+        except RuntimeError:  # the interpreter is shutting down: a later round deletes them
+            with self._lock:
+                self._deleting.difference_update(keys)
+
+    # --- follower --------------------------------------------------------------------
+
+    def _follow(
+        self, op: Operation, transactional_id: str | None, deadline: float
+    ) -> tuple[Any, int]:
+        """Write the operation as an intent and wait for the version that decides it."""
+        self.stats["followed"] += 1
+        while True:
+            # The handle's version as the base, without a read first: it only has to be
+            # within the window of the version that decides the intent.
+            base = max(self.table.snapshot(refresh=False).version, self._tip_hint)
+            intent = Intent(uuid.uuid4().hex, base, op, transactional_id, now_ms())
+            key = intent_key(self.table.log.root, intent.created_ms, intent.id)
+            self._put_intent(key, intent, deadline)
+            decided = self._await(intent, deadline)
+            if decided is None:
+                continue  # expired undecided (out of the window): submit it again
+            error, message, result, version = decided
+            if error is not None:
+                raise _error(error, message)
+            return result, version
+
+    def _put_intent(self, key: str, intent: Intent, deadline: float) -> None:
+        data = intent.to_json()
+        while True:
+            try:
+                self.table.store.put(key, data)
+                return
+            except (TransientStorageError, OSError):
+                self._check_deadline(deadline)
+                time.sleep(random.uniform(0, 0.05))
+
+    def _await(self, intent: Intent, deadline: float) -> tuple[Any, str, Any, int] | None:
+        """``(error, message, result, version)`` of the round that decided ``intent``, or
+        ``None`` once it can never be decided (the log moved past its window without it).
+
+        The outcome record tells in one read, whatever number of versions went by; the log
+        is read when the record does not know (the record lags, or was lost), and decides.
+        The first look waits about as long as deciding took the last times.
+        """
+        started = time.monotonic()
+        help_s = self.cfg.help_ms / 1000
+        # Help when nothing moves for help_ms (the committer is gone), or after a long wait
+        # however busy the committer looks (it may not see the intent); a slow committer
+        # is not helped: helping adds work where time is short.
+        help_at = started + help_s * random.uniform(1, 1.5)
+        # Look about when a decision is due, then a few times per expected wait: each look
+        # is a request.
+        poll = max(self.cfg.poll_ms / 1000, self._decide_s / 4)
+        time.sleep(min(self._decide_s * 0.8, help_s / 2))
+        record_tip = -1
+        misses = 0
+        while True:
+            found, tip = self._from_record(intent)
+            if found is not None:
+                self._learned(started)
+                return found
+            if tip > record_tip:
+                misses += record_tip >= 0
+                record_tip = tip
+                help_at = min(
+                    time.monotonic() + help_s * random.uniform(1, 1.5), started + 4 * help_s
+                )
+            if misses >= RECORD_MISSES or time.monotonic() >= help_at:
+                # The record moved on without it (or nothing moves): the log decides.
+                with self.table._lock:
+                    snap = self.table.snapshot(refresh=False)
+                    self.table.log.catch_up(snap, max(record_tip, self._tip_hint))
+                    outcome = snap.intents.get(intent.id)
+                    past = snap.version > intent.base_version + INTENT_WINDOW_VERSIONS
+                if outcome is None and past:
+                    outcome = self._scan_for(intent)
+                    if outcome is None:
+                        return None
+                if outcome is not None:
+                    self._learned(started)
+                    return self._from_log(intent, outcome)
+                misses = 0
+                if time.monotonic() >= help_at:
+                    self._help(intent)
+                    help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
+                    continue
+            self._check_deadline(deadline)
+            time.sleep(poll)
+
+    def _learned(self, started: float) -> None:
+        took = min(time.monotonic() - started, self.cfg.help_ms / 1000)
+        self._decide_s = 0.7 * self._decide_s + 0.3 * took
+
+    def _from_record(self, intent: Intent) -> tuple[tuple[Any, str, Any, int] | None, int]:
+        """The intent's outcome in the outcome record, and the record's newest version."""
+        key = outcomes_key(self.table.log.root)
+        try:
+            rounds = _parse_record(self.table.store.get(key).data)
+        except (ObjectNotFoundError, TransientStorageError):
+            return None, -1
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+            return None, -1  # a damaged hint: the log tells
+        tip = max(rounds, default=-1)
+        self._tip_hint = max(self._tip_hint, tip)
+        for version, decided in rounds.items():
+            entry = decided.get(intent.id)
+            if entry is not None:
+                try:
+                    error, message, result = entry
+                    value = None if error is not None else _result_from_json(intent.op, result)
+                except (ValueError, KeyError, TypeError):
+                    return None, tip
+                return (error, str(message), value, version), tip
+        return None, tip
+
+    def _from_log(self, intent: Intent, outcome: IntentOutcome) -> tuple[Any, str, Any, int]:
+        if outcome.error is not None:
+            return outcome.error, outcome.message, None, outcome.version
+        result = None
+        if isinstance(intent.op, AppendOp):
+            result = append_result(self.table.snapshot(refresh=False), intent.op)
+        return None, "", result, outcome.version
+
+    def _scan_for(self, intent: Intent) -> IntentOutcome | None:
+        """The handle jumped past the window (a reload): read the window's versions."""
+        log = self.table.log
+        first = intent.base_version + 1
+        for version in range(first, first + INTENT_WINDOW_VERSIONS + 1):
+            actions = log.read_version(version)
+            if actions is None:
+                break
+            for a in actions:
+                if isinstance(a, CommitInfo):
+                    for o in a.intents:
+                        if o.id == intent.id:
+                            return o
+        return None
+
+    def _help(self, intent: Intent) -> None:
+        """The committer is late: take the lease if it lapsed, else commit one round."""
+        self.stats["helps"] += 1
+        current = self.lease.read()
+        if current is None or not current.live(now_ms()):
+            held = self.lease.take(current)
+            if held is not None:
+                self._start_committer(held)
+                return
+            current = self.lease.read()
+        self._seen = current
+        self._round([], None, mine=intent)
+
+
+#: Handles whose committer thread may still run; stopped when the interpreter exits.
+_LIVE: weakref.WeakSet[GroupCommit] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_exit_hook = False
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        handles = list(_LIVE)
+    for handle in handles:
+        handle.close()
+
+
+def _track(handle: GroupCommit) -> None:
+    """Remember a running committer; stop them all when the main thread ends (before the
+    thread pools they use are shut down), releasing their leases."""
+    global _exit_hook
+    with _LIVE_LOCK:
+        _LIVE.add(handle)
+        if _exit_hook:
+            return
+        _exit_hook = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading._register_atexit")
+        register(_stop_all)
+    except RuntimeError:  # missing, or the interpreter is already shutting down
+        atexit.register(_stop_all)
+
+
+def append_result(snap: TableSnapshot, op: AppendOp) -> AppendResult:
+    """Offsets of a decided append, found in the snapshot (pure).
+
+    An idempotent batch is found through its producer's state (the last five batches:
+    committed now or, as a duplicate, before); others by their segment path, from the end
+    of the partition (they were just committed).
+
+    Raises:
+        CorruptLogError: A batch the log says was committed is not in the snapshot.
+    """
+    result = AppendResult()
+    for b in op.batches:
+        part = snap.partition(b.partition)
+        found = None
+        if b.producer_id >= 0 and b.base_sequence >= 0:
+            entry = part.producers.get(b.producer_id)
+            if entry is not None:
+                meta = entry.find_duplicate(b.producer_epoch, b.base_sequence, b.last_sequence)
+                found = None if meta is None else meta.base_offset
+        if found is None:
+            for e in reversed(part.entries):
+                if isinstance(e, Batch) and e.path == b.path:
+                    found = e.baseOffset
+                    break
+        if found is None:
+            raise CorruptLogError(f"batch {b.path} was committed but is not in the snapshot")
+        result.base_offsets.append(found)
+        result.duplicates.append(False)
+    for m in op.markers:
+        part = snap.partition(m.partition)
+        for e in reversed(part.entries):
+            if isinstance(e, Marker) and e.producerId == m.producer_id:
+                result.marker_offsets[m.partition] = e.offset
+                break
+    return result
+
+
+def _error(name: str, message: str) -> TxnTableError:
+    """The error a round refused an intent with, as its class (TxnTableError if unknown)."""
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, TxnTableError):
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    return TxnTableError(f"{name}: {message}")
