@@ -50,6 +50,7 @@ PROGRESS = {
     "ctp": "a committed transaction that moved the group offsets",
     "consumer": "a record read",
     "maint": "a completed maintenance operation",
+    "mw": "a committed transaction or an acknowledged send",
 }
 
 Pos = tuple[str, int, int]  # table, partition, offset
@@ -79,6 +80,8 @@ class Txn:
     #: When the client decided to commit (journaled before ``commit_transaction``).
     decided_at: float | None = None
     journal: str = ""
+    #: Whether its client journaled an end (else it was killed before one).
+    ended: bool = False
 
 
 @dataclass
@@ -112,13 +115,18 @@ class History:
     #: Worker kinds that started, and per kind how much of its work it did.
     roles: set[str] = field(default_factory=set)
     progress: Counter[str] = field(default_factory=Counter)
-    #: Per journal: when its producer finished ``init_transactions``; why it exited.
+    #: Per ``<journal>/<transactional id>``: when a producer finished ``init_transactions``.
     inits: dict[str, list[float]] = field(default_factory=dict)
+    #: Per journal: why it exited (its last exit entry).
     exits: dict[str, str] = field(default_factory=dict)
     zombies: list[Zombie] = field(default_factory=list)
     #: Workers killed because they did not stop; workers that exited on their own.
     hung: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)
+    #: Group-commit handle id -> the journal of the process that opened it.
+    committers: dict[str, str] = field(default_factory=dict)
+    #: Per journal, its group-commit handles' last reported counters (rounds, helps, ...).
+    gc_stats: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def zombie_outcomes(self) -> Counter[str]:
         """How each zombie ended: ``fenced``, or its last exit reason (``none``: no exit)."""
@@ -208,6 +216,10 @@ def fold(h: History, name: str, e: dict[str, Any]) -> None:
     role = name.split("-", 1)[0]
     if kind == "fault":
         h.faults[f"store_{e['kind']}" if e["kind"] != "outage" else "outage_seen"] += 1
+        if e["kind"] == "after":  # ambiguous writes of the keys that decide commits
+            for part, what in (("/_log/", "log"), ("/_commit/", "commit")):
+                if part in e["key"]:
+                    h.faults[f"store_after_{what}"] += 1
     elif kind == "driver_fault":
         h.faults[e["kind"]] += 1
         if e["kind"] == "zombie":
@@ -226,11 +238,15 @@ def fold(h: History, name: str, e: dict[str, Any]) -> None:
     elif kind == "start":
         h.roles.add(role)
     elif kind == "init":
-        h.inits.setdefault(name, []).append(e["ts"])
+        h.inits.setdefault(f"{name}/{e.get('tid', '')}", []).append(e["ts"])
     elif kind == "exit":
         h.exits[name] = e["why"]
     elif kind == "maint":
         h.progress["maint"] += 1
+    elif kind == "gc":
+        h.committers[e["id"]] = name
+    elif kind == "gc_stats":
+        h.gc_stats[name] = e["stats"]
     elif role == "ctp":
         if kind == "end":
             h.ctp_txns[e["outcome"]] += 1
@@ -249,16 +265,17 @@ def fold(h: History, name: str, e: dict[str, Any]) -> None:
         for v, t, p, o in e["acks"]:
             txn.acks[v] = (t, p, o)
     elif kind == "end":
-        h.txns[e["txn"]].outcome = e["outcome"]
+        txn = h.txns[e["txn"]]
+        txn.outcome, txn.ended = e["outcome"], True
         if e["outcome"] == "commit":
-            h.progress["txn"] += 1
+            h.progress[role] += 1
     elif kind == "stall":
         h.faults["txn_stall"] += 1
     elif kind == "isend":
         h.idem[e["v"]] = (e["t"], e["p"], None)
     elif kind == "iack":
         h.idem[e["v"]] = (e["t"], e["p"], e["o"])
-        h.progress["idem"] += 1
+        h.progress[role] += 1
     elif kind == "seen":
         bounds = {(t, p): lso for t, p, _, lso in e.get("parts", ())}
         recs = [Seen(t, p, o, v, bounds.get((t, p)), e["ts"]) for t, p, o, v in e["recs"]]
@@ -411,7 +428,9 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
         if len(ps) > 1:
             r.add("duplicate", f"{v} at {sorted(ps)}")
     for v, ps in ru.items():
-        if len(ps) > 1 and len(visible.get(v, ())) <= 1:
+        # A CTP output is the same value in every attempt at its input (an attempt that
+        # aborted after its data reached the log, then the retry): at most one committed.
+        if len(ps) > 1 and len(visible.get(v, ())) <= 1 and not v.startswith("ctp|"):
             r.add("duplicate", f"{v} read_uncommitted at {sorted(ps)}")
 
     check_live_consumers(r, h, final, visible)
@@ -498,6 +517,11 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
             "ctp_transactions": _share(h.ctp_txns["unknown"], sum(h.ctp_txns.values())),
         },
         "progress": dict(sorted(h.progress.items())),
+        # Killed after deciding to commit, before its end: between intent and ack.
+        "killed_while_committing": sum(
+            1 for t in h.txns.values() if t.decided_at is not None and not t.ended
+        ),
+        "group_commit": dict(sum((Counter(s) for s in h.gc_stats.values()), Counter())),
         "records_read_committed": sum(len(x["rc_poll"]) for x in final.reads.values()),
         "records_deleted": len(h.deleted),
         "readers": sorted({name for reads in final.reads.values() for name in reads}),
@@ -559,15 +583,17 @@ def check_workers(r: Report, h: History, final: Final) -> None:
         if role in PROGRESS and (not h.progress[role] or not moved):
             r.add("no_progress", f"{role}: never {PROGRESS[role]}")
     for z in h.zombies:
-        successor = h.inits.get(z.successor)
-        if not successor:
-            continue  # killed before it initialised: nothing fenced the zombie
-        fenced_at = successor[0]
         for name, txn in h.txns.items():
             if txn.journal != z.journal or txn.outcome != "commit" or txn.decided_at is None:
                 continue
+            tid = name.rsplit(".", 2)[0]  # <transactional id>.<incarnation>.<n>
+            successor = h.inits.get(f"{z.successor}/{tid}")
+            if not successor:
+                continue  # killed before it initialised: nothing fenced the zombie
+            fenced_at = successor[0]
             # A zombie that initialised again after its successor owns the id again.
-            retook = any(fenced_at < t < txn.decided_at for t in h.inits.get(z.journal, ()))
+            again = h.inits.get(f"{z.journal}/{tid}", ())
+            retook = any(fenced_at < t < txn.decided_at for t in again)
             if txn.decided_at > fenced_at and not retook:
                 r.add(
                     "zombie_commit",

@@ -24,15 +24,19 @@ from pathlib import Path
 from typing import Any
 
 from eo_chaos import ChaosConfig, set_outage
-from eo_checker import JournalReader, Report, check, collect, journal_name
+from eo_checker import History, JournalReader, Report, check, collect, journal_name
 
 from txntable import Warehouse
+from txntable.config import COMMIT_LEASE_MS_DEFAULT
+from txntable.errors import TxnTableError
+from txntable.layout import lease_key
 from txntable.storage import open_store
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "eo_workers.py"
 TABLES = {"t0": 3, "t1": 2, "t2": 2}
 CTP_TABLE, CTP_PARTITIONS, CTP_GROUP = "ctp", 3, "ctp-group"
+HOT_TABLE, HOT_PARTITIONS = "hot", 8
 #: Every fault kind, as the checker counts them (``History.faults``); ``zombie_fenced``: a
 #: zombie that exited fenced.
 FAULT_KINDS = (
@@ -45,6 +49,16 @@ FAULT_KINDS = (
     "store_late",
     "store_slow",
     "txn_stall",
+)
+#: The many-writers run's own faults: SIGKILL and SIGSTOP past its lease of the process
+#: holding the hot table's committer lease, ambiguous writes of log versions and of
+#: group-commit objects, and a writer killed after deciding to commit, before its ack.
+MANY_WRITER_FAULTS = (
+    "kill_committer",
+    "pause_committer",
+    "store_after_log",
+    "store_after_commit",
+    "killed_while_committing",
 )
 
 
@@ -70,6 +84,12 @@ class HarnessConfig:
     seed: int = 0
     #: A SparkSession with the txntable source registered: the Spark source reads too.
     spark: Any = None
+    #: Many writers of one table (issue 17): this many processes of ``writer_threads``
+    #: writers each on table ``hot`` (8 partitions); their committer is killed and paused.
+    writer_procs: int = 0
+    writer_threads: int = 4
+    #: Group-commit timings of every worker (``GroupCommitConfig`` fields; None: defaults).
+    group_commit: Mapping[str, int] | None = None
     #: Keep running past ``duration_s`` until the transactional workers ended this many
     #: transactions with a commit and at least one with an abort, every worker kind made
     #: progress and every fault kind in ``require_faults`` happened (a run sized by work,
@@ -105,6 +125,8 @@ class Driver:
         self.slots: list[Slot] = []
         self.driver_journal = open(self.journals / "driver.jsonl", "a")  # noqa: SIM115
         self.reader = JournalReader(self.journals)
+        self.extra_tables = {HOT_TABLE: HOT_PARTITIONS} if cfg.writer_procs else {}
+        self.store = open_store(cfg.url, dict(cfg.options))  # the driver's own, no faults
 
     def note(self, **entry: Any) -> None:
         self.driver_journal.write(json.dumps({**entry, "ts": round(time.time(), 3)}) + "\n")
@@ -114,6 +136,8 @@ class Driver:
         chaos = asdict(self.cfg.chaos)
         chaos["outage_file"] = self.outage_file
         cfg: dict[str, Any] = {
+            "extra_tables": self.extra_tables,
+            "group_commit": dict(self.cfg.group_commit) if self.cfg.group_commit else None,
             "role": slot.role,
             "slot": slot.index,
             "inc": slot.inc,
@@ -133,6 +157,9 @@ class Driver:
         elif slot.role == "ctp":
             cfg["txn_timeout_ms"] = 30_000
             cfg["exit_when_fenced"] = True
+        elif slot.role == "mw":
+            cfg["threads"] = self.cfg.writer_threads
+            cfg["txn_timeout_ms"] = 30_000
         return cfg
 
     def start(self, slot: Slot) -> subprocess.Popen[bytes]:
@@ -153,9 +180,10 @@ class Driver:
 
     def setup(self) -> None:
         wh = Warehouse(store=open_store(self.cfg.url, dict(self.cfg.options)))
-        for name, parts in {**TABLES, CTP_TABLE: CTP_PARTITIONS}.items():
+        for name, parts in {**TABLES, CTP_TABLE: CTP_PARTITIONS, **self.extra_tables}.items():
             wh.create_table(name, partitions=parts)
         roles = ["txn"] * self.cfg.txn_workers + ["idem"] * self.cfg.idem_workers
+        roles += ["mw"] * self.cfg.writer_procs
         if self.cfg.ctp:
             roles.append("ctp")
         if self.cfg.consumer:
@@ -173,18 +201,25 @@ class Driver:
         # Every random draw is made up front, whatever the fault turns out to hit, so the
         # same seed replays the same schedule (``run_long.py --seed N``).
         rng = self.rng
-        kind = rng.choice(["kill", "kill", "zombie"] + (["outage"] if self.cfg.outages else []))
-        pick, outage_s, kill_delay_s, pause_s = (
+        kinds = ["kill", "kill", "zombie"] + (["outage"] if self.cfg.outages else [])
+        if self.cfg.writer_procs:
+            kinds += ["kill_committer", "kill_committer", "pause_committer"]
+        kind = rng.choice(kinds)
+        pick, outage_s, kill_delay_s, pause_s, past_lease = (
             rng.random(),
             rng.uniform(1.0, 4.0),
             rng.uniform(0, 0.5),
             rng.uniform(1.0, 3.0),
+            rng.uniform(1.2, 2.0),
         )
         if kind == "outage":
             set_outage(self.outage_file, outage_s)
             self.note(e="driver_fault", kind="outage", seconds=round(outage_s, 2))
             return
-        roles = ("txn", "ctp") if kind == "zombie" else ("txn", "idem", "ctp")
+        if kind in ("kill_committer", "pause_committer"):
+            self.committer_fault(kind, past_lease)
+            return
+        roles = ("txn", "ctp", "mw") if kind == "zombie" else ("txn", "idem", "ctp", "mw")
         victims = [s for s in self.slots if s.role in roles]
         if not victims:
             return
@@ -195,10 +230,7 @@ class Driver:
             return
         if kind == "kill":
             time.sleep(kill_delay_s)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            self.note(e="driver_fault", kind="sigkill", role=slot.role, slot=slot.index)
-            self.restart(slot)
+            self.kill(slot, "sigkill")
         else:
             proc.send_signal(signal.SIGSTOP)
             self.note(
@@ -208,6 +240,46 @@ class Driver:
             self.restart(slot)  # the successor initialises with the same transactional id
             time.sleep(pause_s)
             proc.send_signal(signal.SIGCONT)
+
+    def kill(self, slot: Slot, kind: str) -> None:
+        """SIGKILL the slot's process, then start its next incarnation."""
+        assert slot.proc is not None
+        slot.proc.send_signal(signal.SIGKILL)
+        slot.proc.wait()
+        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
+        self.restart(slot)
+
+    def committer(self) -> Slot | None:
+        """The worker whose group-commit handle holds a live lease on the hot table: the
+        lease names a handle, the workers' journals name the process that opened it."""
+        try:
+            lease = json.loads(self.store.get(lease_key(HOT_TABLE)).data)
+        except (TxnTableError, ValueError):
+            return None  # no lease yet (solo writers), or unreadable: no committer to hit
+        if lease.get("expiresMs", 0) <= time.time() * 1000:
+            return None
+        journal = self.reader.feed().committers.get(lease.get("owner", ""))
+        for slot in self.slots:
+            if slot.journal == journal and slot.proc is not None and slot.proc.poll() is None:
+                return slot
+        return None
+
+    def committer_fault(self, kind: str, past_lease: float) -> None:
+        """SIGKILL the committer's process (and restart it), or SIGSTOP it for longer than
+        its lease (a zombie committer: another takes over; it resumes where it stopped)."""
+        slot = self.committer()
+        if slot is None:
+            self.note(e="committer_fault_missed", kind=kind)
+            return
+        assert slot.proc is not None
+        if kind == "kill_committer":
+            self.kill(slot, kind)
+            return
+        lease_ms = (self.cfg.group_commit or {}).get("lease_ms", COMMIT_LEASE_MS_DEFAULT)
+        slot.proc.send_signal(signal.SIGSTOP)
+        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
+        time.sleep(lease_ms / 1000 * past_lease)
+        slot.proc.send_signal(signal.SIGCONT)
 
     def supervise(self) -> None:
         """Restart workers that exited on their own (fenced, or a fatal error)."""
@@ -258,7 +330,7 @@ class Driver:
     def missing_work(self) -> list[str]:
         h = self.reader.feed()
         outcomes = Counter(t.outcome for t in h.txns.values())
-        faults = h.faults + Counter(zombie_fenced=h.zombie_outcomes()["fenced"])
+        faults = fault_counts(h)
         missing = [f"commits {outcomes['commit']}/{self.cfg.min_commits}"] * (
             outcomes["commit"] < self.cfg.min_commits
         )
@@ -287,6 +359,15 @@ class Driver:
             self.driver_journal.close()
 
 
+def fault_counts(h: History) -> Counter[str]:
+    """The faults of ``h`` and the outcomes that show some took effect: a zombie that
+    exited fenced, a writer killed between deciding to commit and its end."""
+    killed = sum(1 for t in h.txns.values() if t.decided_at is not None and not t.ended)
+    return h.faults + Counter(
+        zombie_fenced=h.zombie_outcomes()["fenced"], killed_while_committing=killed
+    )
+
+
 def run(cfg: HarnessConfig) -> Report:
     """Run the workload, then check it; the report's ``ok`` says whether anything broke."""
     started = time.monotonic()
@@ -301,7 +382,7 @@ def run(cfg: HarnessConfig) -> Report:
     wh.recover(now=int(time.time() * 1000) + 3_600_000)
     final = collect(
         wh,
-        {**TABLES, CTP_TABLE: CTP_PARTITIONS},
+        {**TABLES, CTP_TABLE: CTP_PARTITIONS, **driver.extra_tables},
         CTP_GROUP if cfg.ctp else None,
         spark=cfg.spark,
         options=dict(cfg.options),
@@ -309,7 +390,7 @@ def run(cfg: HarnessConfig) -> Report:
     history = driver.reader.feed(final=True)
     report = check(history, final, CTP_TABLE if cfg.ctp else None)
     report.stats["seconds"] = round(time.monotonic() - started, 1)
-    faults = history.faults + Counter(zombie_fenced=history.zombie_outcomes()["fenced"])
+    faults = fault_counts(history)
     report.stats["faults_missing"] = [f for f in cfg.require_faults if not faults[f]]
     report.stats["seed"] = cfg.seed
     report.stats["workdir"] = str(cfg.workdir)

@@ -24,7 +24,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from eo_driver import HarnessConfig, run  # noqa: E402
+from eo_chaos import ChaosConfig  # noqa: E402
+from eo_driver import FAULT_KINDS, MANY_WRITER_FAULTS, HarnessConfig, run  # noqa: E402
 from eo_moto import moto_process  # noqa: E402
 
 
@@ -59,6 +60,21 @@ def main() -> int:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--spark", action="store_true", help="the Spark source reads the tables too")
+    ap.add_argument(
+        "--writers",
+        type=int,
+        default=0,
+        help="many writers of table hot: this many processes of --writer-threads writers; "
+        "their committer is killed and paused past its lease",
+    )
+    ap.add_argument("--writer-threads", type=int, default=4)
+    ap.add_argument("--lease-ms", type=int, default=2000, help="group-commit lease (--writers)")
+    ap.add_argument(
+        "--after-hot",
+        type=float,
+        default=0.02,
+        help="written-then-failed share of log and group-commit writes (--writers)",
+    )
     args = ap.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="harness-", dir="/tmp"))
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(3), "big")
@@ -78,6 +94,16 @@ def main() -> int:
             url, options = f"s3://{create_bucket(endpoint)}/wh", s3_options(endpoint)
         else:
             url, options = str(workdir / "wh"), {}
+        many: dict[str, Any] = {}
+        required = FAULT_KINDS
+        if args.writers:
+            many = {
+                "writer_procs": args.writers,
+                "writer_threads": args.writer_threads,
+                "group_commit": {"lease_ms": args.lease_ms},
+                "chaos": ChaosConfig(after_hot=args.after_hot),
+            }
+            required += MANY_WRITER_FAULTS
         cfg = HarnessConfig(
             url=url,
             options=options,
@@ -87,6 +113,10 @@ def main() -> int:
             idem_workers=args.idem_workers,
             seed=seed,
             spark=spark,
+            # Reported as faults_missing if one never happened within the run (and its cap).
+            require_faults=required,
+            max_duration_s=args.minutes * 60 + 300,
+            **many,
         )
         report = run(cfg)
         print(json.dumps({"store": args.store, **report.summary()}, indent=2))
