@@ -276,10 +276,16 @@ class Driver:
             self.kill(slot, kind)
             return
         lease_ms = (self.cfg.group_commit or {}).get("lease_ms", COMMIT_LEASE_MS_DEFAULT)
-        slot.proc.send_signal(signal.SIGSTOP)
+        paused = slot.proc
+        paused.send_signal(signal.SIGSTOP)
         self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
         time.sleep(lease_ms / 1000 * past_lease)
-        slot.proc.send_signal(signal.SIGCONT)
+        # Past the lease a follower helped and took it: kill that helper too, mid-round,
+        # before the zombie resumes.
+        helper = self.committer()
+        if helper is not None and helper is not slot:
+            self.kill(helper, "kill_helper")
+        paused.send_signal(signal.SIGCONT)
 
     def supervise(self) -> None:
         """Restart workers that exited on their own (fenced, or a fatal error)."""

@@ -343,8 +343,17 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
     wh = open_warehouse(cfg, j, rate=0.5)
     tables = {**TABLES, CTP_TABLE: CTP_PARTITIONS, **cfg.get("extra_tables", {})}
     tps = [TopicPartition(t, p) for t, n in sorted(tables.items()) for p in range(n)]
-    c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
-    c.assign(tps)
+    while True:  # assigning loads the tables: retried while storage is down
+        c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
+        try:
+            c.assign(tps)
+            break
+        except TxnTableError as e:
+            j.log(e="rerr", err=err(e))
+            c.close()
+            if stopping(cfg):
+                raise Stopping from e
+            time.sleep(0.2)
     arrow = False
     last_describe = 0.0
     while not stopping(cfg):
