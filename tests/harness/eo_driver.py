@@ -4,9 +4,12 @@
 injects faults at random: SIGKILL of a producer or the consume-transform-produce worker and
 a restart with the same transactional id; a zombie (SIGSTOP, a successor with the same
 transactional id initialises, SIGCONT: the old instance must be fenced); storage outages of
-seconds. Storage faults (ambiguous and failed writes, late writes, slow requests) come from
-each worker's :class:`eo_chaos.ChaosStore`. Then it stops the workers, aborts what killed
-workers left open, reads the final tables and runs :func:`eo_checker.check`.
+seconds. With many writers (``writer_procs``) also: SIGKILL of the process holding the hot
+table's committer lease, or SIGSTOP of it past its lease (and SIGKILL of the helper that
+took the lease meanwhile, mid-round, before the paused one resumes). Storage faults
+(ambiguous and failed writes, late writes, slow requests) come from each worker's
+:class:`eo_chaos.ChaosStore`. Then it stops the workers, aborts what killed workers left
+open, reads the final tables and runs :func:`eo_checker.check`.
 """
 
 from __future__ import annotations

@@ -17,23 +17,30 @@ from pathlib import Path
 LAUNCHER = Path(__file__).resolve().parents[2] / "bench" / "moto_server.py"
 
 
+def moto_env() -> dict[str, str]:
+    """The fake credentials of the tests, and no developer's ``~/.aws``."""
+    from storeutil import TEST_ACCESS_KEY_ID, TEST_REGION, TEST_SECRET_ACCESS_KEY
+
+    return {
+        "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": TEST_SECRET_ACCESS_KEY,
+        "AWS_SECURITY_TOKEN": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": TEST_REGION,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+
+
 @contextmanager
 def moto_process() -> Iterator[str]:
     """Start the server; yield its endpoint URL; stop it (closing its standard input)."""
-    from storeutil import TEST_ACCESS_KEY_ID, TEST_REGION, TEST_SECRET_ACCESS_KEY
-
-    env = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY_ID,
-        "AWS_SECRET_ACCESS_KEY": TEST_SECRET_ACCESS_KEY,
-        "AWS_DEFAULT_REGION": TEST_REGION,
-    }
     proc = subprocess.Popen(
         [sys.executable, str(LAUNCHER)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        env={**os.environ, **moto_env()},
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:

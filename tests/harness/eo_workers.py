@@ -49,6 +49,7 @@ from txntable.errors import ProducerFencedError, TxnTableError, UnstableOffsetCo
 from txntable.log.group_commit import GroupCommit, GroupCommitConfig
 from txntable.storage import open_store
 from txntable.structs import OffsetAndMetadata
+from txntable.table import Table
 
 #: Data tables and their partition counts; ``ctp`` is the consume-transform-produce output.
 TABLES = {"t0": 3, "t1": 2, "t2": 2}
@@ -356,12 +357,17 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
             time.sleep(0.2)
     arrow = False
     last_describe = 0.0
+    describe_every = 1.0
+    handles: dict[str, Table] = {}
+    # Polls of 50 records: on a slow store (the moto server behind 16 writers) a poll of
+    # hundreds of segments takes tens of seconds and fails as a whole on any failed GET.
+    limit = 50
     while not stopping(cfg):
         arrow = not arrow
         try:
             seen: list[list[Any]] = []
             if arrow:
-                for tp, tbl in c.poll_arrow(timeout_ms=100, max_records=500).items():
+                for tp, tbl in c.poll_arrow(timeout_ms=100, max_records=limit).items():
                     offs = tbl.column("offset").to_pylist()
                     vals = tbl.column("value").to_pylist()
                     seen.extend(
@@ -369,7 +375,7 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                         for o, v in zip(offs, vals, strict=True)
                     )
             else:
-                for tp, records in c.poll(timeout_ms=100, max_records=500).items():
+                for tp, records in c.poll(timeout_ms=100, max_records=limit).items():
                     seen.extend(
                         [tp.topic, tp.partition, r.offset, r.value.decode()] for r in records
                     )
@@ -386,11 +392,13 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
             time.sleep(0.1)  # storage down: retry as a Kafka consumer would, not in a spin
         except Exception as e:
             untyped(j, "poll", e)
-        if time.time() - last_describe > 1.0:
+        if time.time() - last_describe > describe_every:
             last_describe = time.time()
             for t in sorted(tables):
                 try:
-                    d = wh.table(t).describe()
+                    if t not in handles:  # one handle each: describe() tails its log
+                        handles[t] = wh.table(t)
+                    d = handles[t].describe()
                     parts = [
                         [p.log_start_offset, p.last_stable_offset, p.high_watermark]
                         for p in d.partitions
@@ -400,6 +408,8 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                     j.log(e="rerr", err=err(e))
                 except Exception as e:
                     untyped(j, "describe", e)
+            # Sampling never takes more than a third of the consumer's time.
+            describe_every = max(1.0, 2 * (time.time() - last_describe))
     c.close()
     j.log(e="exit", why="stop")
 

@@ -26,7 +26,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from eo_chaos import ChaosConfig  # noqa: E402
 from eo_driver import FAULT_KINDS, MANY_WRITER_FAULTS, HarnessConfig, run  # noqa: E402
-from eo_moto import moto_process  # noqa: E402
+from eo_moto import moto_env, moto_process  # noqa: E402
 
 
 def start_spark() -> Any:
@@ -86,10 +86,9 @@ def main() -> int:
         if args.spark:
             spark = start_spark()
         if args.store == "s3":
-            from conftest import _AWS_TEST_ENV
             from storeutil import create_bucket, s3_options
 
-            os.environ.update(_AWS_TEST_ENV)
+            os.environ.update(moto_env())
             endpoint = stack.enter_context(moto_process())
             url, options = f"s3://{create_bucket(endpoint)}/wh", s3_options(endpoint)
         else:

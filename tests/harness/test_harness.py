@@ -1,10 +1,11 @@
-"""The exactly-once harness: its checker sees every anomaly class, and a quick run finds none.
+"""The exactly-once harness: its checker sees every anomaly class, and sized runs find none.
 
-The quick runs (local disk, then the moto S3 server) start worker processes and inject
-faults (SIGKILL and restart, zombies, storage outages, ambiguous / failed / late / slow
-storage requests, transaction timeouts); ``tests/harness/run_long.py`` runs the same for
-longer. The planted-anomaly tests build a small clean history by hand, check that it is
-clean, then break it one way at a time.
+The runs (a CI-sized one on local disk; 16 writers of one table with the usual workload on
+local disk and on a moto S3 server) start worker processes and inject faults (SIGKILL and
+restart, zombies, storage outages, ambiguous / failed / late / slow storage requests,
+transaction timeouts, the group committer killed or paused past its lease);
+``tests/harness/run_long.py`` runs the same for longer. The planted-anomaly tests build a
+small clean history by hand, check that it is clean, then break it one way at a time.
 """
 
 from __future__ import annotations
@@ -354,37 +355,6 @@ def _quick(
 
 
 @pytest.mark.slow
-def test_quick_run_local_disk(tmp_path: Path) -> None:
-    _quick(
-        str(tmp_path / "wh"),
-        {},
-        tmp_path,
-        seconds=20,
-        workers=3,
-        commits=10,
-        require_faults=("sigkill", "store_before", "store_after"),
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.s3
-def test_quick_run_moto_s3(moto_server: str, tmp_path: Path) -> None:
-    from storeutil import create_bucket, s3_options
-
-    url = f"s3://{create_bucket(moto_server)}/wh"
-    _quick(
-        url,
-        s3_options(moto_server),
-        tmp_path,
-        seconds=20,
-        workers=2,
-        commits=3,
-        require_faults=("sigkill", "store_before"),
-        store="s3",
-    )
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(CI_TIMEOUT_S)
 def test_ci_sized_run_local_disk(tmp_path: Path) -> None:
     """The issue's CI-sized run: hundreds of transactions under every fault kind, no anomaly.
@@ -455,13 +425,13 @@ def test_many_writers_local_disk(tmp_path: Path) -> None:
 @pytest.mark.s3
 @pytest.mark.timeout(MW_TIMEOUT_S)
 def test_many_writers_moto_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same on S3: a moto server in a process of its own (one Python process serves
-    every request; in the test's process it would share the driver's interpreter lock)."""
-    from conftest import _AWS_TEST_ENV
-    from eo_moto import moto_process
+    """The same on S3, and the suite's run of the whole workload on S3: a moto server in a
+    process of its own (one Python process serves every request; in the test's process it
+    would share the driver's interpreter lock)."""
+    from eo_moto import moto_env, moto_process
     from storeutil import create_bucket, s3_options
 
-    for name, value in _AWS_TEST_ENV.items():
+    for name, value in moto_env().items():
         monkeypatch.setenv(name, value)
     with moto_process() as endpoint:
         summary = _quick(
@@ -472,7 +442,13 @@ def test_many_writers_moto_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
             workers=1,
             commits=20,
             max_seconds=MW_MAX_S,
-            require_faults=("kill_committer", "store_after_log", "store_after_commit"),
+            require_faults=(
+                "sigkill",
+                "store_before",
+                "kill_committer",
+                "store_after_log",
+                "store_after_commit",
+            ),
             store="s3",
             # The same 16 writers in 2 processes, and process faults half as often: the
             # server's process needs the CPU, and each kill costs 8 writers a restart.
