@@ -60,7 +60,8 @@ def test_counting_store_is_thread_safe() -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
     assert store.snapshot()["GET"] == 4000
     MemoryStore.drop("counting-threads")
 

@@ -221,7 +221,8 @@ def test_pending_transactional_offset_is_unstable(tables: Warehouse) -> None:
     started = time.monotonic()
     assert waiting.committed(tp) == OffsetAndMetadata(5, "pending")
     assert time.monotonic() - started >= 0.2
-    t.join()
+    t.join(30)
+    assert not t.is_alive()
     assert checker.committed(tp) == OffsetAndMetadata(5, "pending")
 
     # A wait that runs out still raises.
