@@ -65,6 +65,7 @@ def worker(url: str, batch: int) -> int:
         group_id=GROUP,
         auto_offset_reset="earliest",
         unstable_offset_timeout_ms=10_000,
+        enable_auto_commit=False,  # the offsets commit with the transactions, never alone
     )
     tps = [TopicPartition(INPUT, p) for p in range(PARTITIONS)]
     consumer.assign(tps)

@@ -29,8 +29,8 @@ Read options (batch and streaming):
 * Streaming only, with Spark's Kafka-source semantics: ``maxOffsetsPerTrigger`` (at most this
   many offsets per micro-batch, split over partitions by backlog), ``minOffsetsPerTrigger``
   (wait until this many offsets are available, but no longer than ``maxTriggerDelay``,
-  default ``15m``, since the last micro-batch), ``maxFilesPerTrigger`` (at most this many
-  segments per micro-batch).
+  default ``15m``, since the last micro-batch or the query's first trigger),
+  ``maxFilesPerTrigger`` (at most this many segments per micro-batch).
 * ``storage.<name>``: storage options of the warehouse (``storage.s3.endpoint``, …). They are
   passed to :func:`txntable.storage.open_store` and never logged or shown in a ``repr``.
 
@@ -48,7 +48,7 @@ Write options: ``path`` / ``warehouse`` + ``table``, ``storage.*``, ``maxBytesPe
 (default 128 MiB of buffered input per segment), ``txnAppId`` and, for a batch write,
 ``txnVersion`` (Delta's idempotent write: a version at or below the last one recorded for
 the app id is skipped; both or neither). A streaming write's ``txnAppId`` defaults to the
-checkpoint location's identity (see :mod:`txntable_spark.writer`); Spark's own
+query's id from its checkpoint (see :mod:`txntable_spark.checkpoint`); Spark's own
 ``checkpointLocation`` and ``queryName`` are accepted there.
 """
 
@@ -595,6 +595,29 @@ def parse_read_options(options: Mapping[str, str], streaming: bool = False) -> R
         timestamp_as_of=timestamp_as_of,
         columns=parse_columns(options),
     )
+
+
+def check_read_options(options: Mapping[str, str]) -> None:
+    """Refuse, when a read is defined (``load()``), options that neither a batch nor a
+    streaming read accepts: Spark asks a Python source for its schema then, for ``read`` and
+    ``readStream`` alike and without saying which, and creates the streaming reader only at
+    ``start()``. An option only the other kind of read takes is refused when the reader is
+    created.
+
+    Raises:
+        InvalidConfigurationError: The streaming read's error if an option only a stream
+            takes is given, else the batch read's.
+    """
+    try:
+        parse_read_options(options, streaming=False)
+    except InvalidConfigurationError as batch_error:
+        try:
+            parse_read_options(options, streaming=True)
+        except InvalidConfigurationError as stream_error:
+            only_stream = {n.lower() for n in STREAM_READ_OPTIONS - BATCH_READ_OPTIONS}
+            if any(k.lower() in only_stream for k in options):
+                raise stream_error from None
+            raise batch_error from None
 
 
 def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:

@@ -23,14 +23,17 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from txntable import config
 from txntable.errors import InvalidConfigurationError
 from txntable.protocol.schema import TypedLayout, layout_of
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.read.timestamps import version_at_timestamp
 from txntable.table import Table
+from txntable.util import within_timeout
 
 from .options import (
     ReadOptions,
+    check_read_options,
     parse_bool,
     parse_columns,
     parse_int,
@@ -43,12 +46,20 @@ from .scan import ScanPartition, open_table, read_partition
 from .schema import spark_schema, typed_arrow_schema, typed_spark_schema
 from .stream import TxnTableStreamReader
 from .timepos import resolve_time_options
-from .writer import TxnTableStreamWriter, TxnTableWriter, stream_app_id
+from .writer import TxnTableStreamWriter, TxnTableWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMAT_NAME = "txntable"
+
+#: Spark refuses its default save mode (ErrorIfExists) and Ignore for a Python data source
+#: before the source is asked, advising Append or Overwrite: the refusal of Overwrite says
+#: what does work, once.
+APPEND_ONLY = (
+    'a txntable is an append-only log: write with .mode("append"), the only save mode it '
+    "supports (not Overwrite, nor Spark's default ErrorIfExists, nor Ignore)"
+)
 
 
 def load_snapshot(opts: ReadOptions) -> TableSnapshot:
@@ -67,7 +78,17 @@ def load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
     Raises:
         VersionNotFoundError: ``versionAsOf`` is beyond the newest version, or
             ``timestampAsOf`` before the first or after the latest commit.
+        KafkaTimeoutError: Storage kept failing for the request timeout (every step is
+            a read, retried as the Python clients retry theirs).
     """
+    return within_timeout(
+        lambda: _load_table_snapshot(opts),
+        config.REQUEST_TIMEOUT_MS_DEFAULT,
+        f"loading table {opts.location.table}",
+    )
+
+
+def _load_table_snapshot(opts: ReadOptions) -> tuple[Table, TableSnapshot]:
     table = open_table(opts.location, opts.finish_stuck_transactions)
     if opts.version_as_of is not None:
         return table, table.snapshot_at(opts.version_as_of)
@@ -86,9 +107,13 @@ def load_layout(options: dict[str, Any]) -> TypedLayout | None:
         TableNotFoundError: No such table.
     """
     location = parse_location(options)
-    table = open_table(location, finish_stuck_transactions=False)
     version = parse_int(options, "versionAsOf", None, 0)
-    snap = table.snapshot_at(version) if version is not None else table.snapshot()
+
+    def load() -> TableSnapshot:
+        table = open_table(location, finish_stuck_transactions=False)
+        return table.snapshot_at(version) if version is not None else table.snapshot()
+
+    snap = within_timeout(load, config.REQUEST_TIMEOUT_MS_DEFAULT, f"loading {location.table}")
     return layout_of(snap.metadata)
 
 
@@ -106,12 +131,19 @@ def typed_read_options(
     """
     columns = opts.columns
     if schema is not None and schema != typed_spark_schema(layout, columns):
-        full = {f.name: f.dataType for f in typed_spark_schema(layout).fields}
+        table_schema = typed_spark_schema(layout)
+        full = {f.name: f.dataType for f in table_schema.fields}
         for f in schema.fields:
-            if full.get(f.name) != f.dataType:
+            if f.name not in full:
                 raise InvalidConfigurationError(
-                    f"column {f.name} {f.dataType.simpleString()} of the given schema is not "
-                    f"a column of the table ({typed_spark_schema(layout).simpleString()})"
+                    f"column {f.name} of the given schema is not a column of the table "
+                    f"({table_schema.simpleString()})"
+                )
+            if full[f.name] != f.dataType:
+                raise InvalidConfigurationError(
+                    f"column {f.name} is {full[f.name].simpleString()} in the table, not "
+                    f"{f.dataType.simpleString()} as the given schema says (a read does not "
+                    "cast)"
                 )
         columns = tuple(schema.names)
     else:
@@ -179,6 +211,7 @@ class TxnTableDataSource(DataSource):
         false), or a typed table's columns (only those of ``columns`` if given), then
         partition, offset and timestamp."""
         options = self._options()
+        check_read_options(options)
         layout = load_layout(options)
         columns = parse_columns(options)
         if layout is not None:
@@ -205,22 +238,25 @@ class TxnTableDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A micro-batch reader (see :mod:`txntable_spark.stream`); a typed table is read
-        with the schema it had when the query started."""
+        with the schema it had when the query started (a change fails the query, asking
+        for a restart)."""
         return TxnTableStreamReader(self._read_options(schema, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """An atomic append writer (see :mod:`txntable_spark.writer`)."""
         if overwrite:
-            raise InvalidConfigurationError("txntable supports only mode('append')")
+            raise InvalidConfigurationError(APPEND_ONLY)
         return TxnTableWriter(parse_write_options(self._options()), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """An exactly-once micro-batch writer (see :mod:`txntable_spark.writer`)."""
         if overwrite:
-            raise InvalidConfigurationError("txntable supports only outputMode('append')")
+            raise InvalidConfigurationError(
+                'a txntable is an append-only log: write the stream with outputMode("append")'
+            )
         options = self._options()
         opts = parse_write_options(options, streaming=True)
-        return TxnTableStreamWriter(opts, schema, stream_app_id(opts, options))
+        return TxnTableStreamWriter(opts, schema, options)
 
     def _options(self) -> dict[str, Any]:
         return dict(self.options.items())

@@ -16,7 +16,7 @@ ship :meth:`read` to executors, so nothing is loaded in ``__init__``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -29,10 +29,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from txntable.errors import InvalidConfigurationError, OffsetOutOfRangeError
+from txntable import config
+from txntable.errors import (
+    InvalidConfigurationError,
+    OffsetOutOfRangeError,
+    SchemaMismatchError,
+)
+from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
-from txntable.util import now_ms
+from txntable.util import now_ms, within_timeout
 
 from .options import EARLIEST, LATEST, ReadOptions
 from .planning import (
@@ -46,6 +52,7 @@ from .planning import (
     upper_bound,
 )
 from .scan import ScanPartition, open_table, read_partition
+from .schema import typed_spark_schema
 from .timepos import resolve_time_options
 
 if TYPE_CHECKING:
@@ -78,17 +85,28 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     with ``maxTriggerDelay`` behave as in Spark's Kafka source.
     """
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, clock: Callable[[], int] = now_ms) -> None:
         self.opts = opts
         self._table: Table | None = None
         self._target: Offsets | None = None
-        #: When the last micro-batch was admitted (ms; 0: never, so the first one is not
-        #: delayed, as in Spark's Kafka source).
+        #: Milliseconds now (a parameter so tests can drive ``maxTriggerDelay``).
+        self._clock = clock
+        #: When the ``minOffsetsPerTrigger`` delay last started (ms; 0: never, so the
+        #: query's first trigger starts it, as in Spark's Kafka source).
         self._last_trigger_ms = 0
 
     # --- driver side ---------------------------------------------------------------------
 
     def _snapshot(self, refresh: bool = True) -> TableSnapshot:
+        """The table's snapshot (refreshed), retrying transient storage errors for the
+        request timeout (then ``KafkaTimeoutError``)."""
+        return within_timeout(
+            lambda: self._load_snapshot(refresh),
+            config.REQUEST_TIMEOUT_MS_DEFAULT,
+            f"reading table {self.opts.location.table}",
+        )
+
+    def _load_snapshot(self, refresh: bool) -> TableSnapshot:
         if self._table is None:
             self._table = open_table(self.opts.location, self.opts.finish_stuck_transactions)
         snap = self._table.snapshot(refresh=refresh)
@@ -143,8 +161,14 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._available(self._snapshot())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """End offsets of the next micro-batch: the LSO (or HW), capped by the read limit."""
+        """End offsets of the next micro-batch: the LSO (or HW), capped by the read limit.
+
+        Raises:
+            SchemaMismatchError: A typed table's schema changed since the query started in
+                a way its rows would show (see :meth:`_check_schema`).
+        """
         snap = self._snapshot()
+        self._check_schema(snap)
         begin = decode_offsets(start)
         available = self._available(snap)
         if self._target is not None:
@@ -157,23 +181,47 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return encode_offsets(available)
         return encode_offsets(self._admit(snap, begin, available, limit))
 
+    def _check_schema(self, snap: TableSnapshot) -> None:
+        """Fail at a batch boundary when the schema the query returns is no longer the
+        table's: Spark fixes a query's schema when it starts, so an added column would go
+        missing and a widened one fail on its first value that does not fit the old type.
+        A restart reads with the new schema (Delta's streaming source fails the same way).
+        Changes to columns the query does not read are harmless and pass."""
+        started = self.opts.layout
+        current = layout_of(snap.metadata)
+        if started is None or current is None or current.schema.equals(started.schema):
+            return
+        columns = self.opts.columns
+        if typed_spark_schema(current, columns) == typed_spark_schema(started, columns):
+            return
+        old, new = started.schema, current.schema
+        changes = [f"{f.name} added" for f in new if f.name not in old.names]
+        changes += [
+            f"{f.name} {old.field(f.name).type} -> {f.type}"
+            for f in new
+            if f.name in old.names and old.field(f.name).type != f.type
+        ]
+        raise SchemaMismatchError(
+            f"the schema of table {self.opts.location.table!r} changed while this stream ran "
+            f"({', '.join(changes) or 'nullability'}); a streaming query keeps the schema it "
+            "started with: restart the query to read on with the new schema (it resumes from "
+            "its checkpoint)"
+        )
+
     def _admit(
         self, snap: TableSnapshot, begin: Offsets, available: Offsets, limit: ReadLimit
     ) -> Offsets:
         """Spark's Kafka-source admission control: min (with its delay), then the maxima."""
         opts = self.opts
         backlog = sum(available[p] - begin[p] for p in available)
-        if backlog == 0:
-            return available
-        now = now_ms()
         if (
             opts.min_offsets_per_trigger is not None
             and self._target is None  # AvailableNow must not wait for data that never comes
-            and backlog < opts.min_offsets_per_trigger
-            and now - self._last_trigger_ms < opts.max_trigger_delay_ms
+            and self._delay_batch(backlog, opts.min_offsets_per_trigger)
         ):
             return {p: begin[p] for p in available}  # no micro-batch yet
-        self._last_trigger_ms = now
+        if backlog == 0:
+            return available
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if max_rows is None:
             max_rows = opts.max_offsets_per_trigger
@@ -184,6 +232,20 @@ class TxnTableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 snap, begin, available, opts.max_files_per_trigger, opts.read_committed
             )
         return available
+
+    def _delay_batch(self, backlog: int, min_offsets: int) -> bool:
+        """Whether to wait for more offsets: Spark's Kafka source (``delayBatch``) to the
+        letter. The delay restarts whenever it has run out or a batch is admitted, also on
+        a trigger with nothing to read — so a query that starts with nothing waits for its
+        first data as for any later data, instead of admitting it at once."""
+        now = self._clock()
+        if now - self._last_trigger_ms >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        if backlog < min_offsets:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def reportLatestOffset(self) -> dict | None:
         """The offsets available right now, for the query's progress report."""

@@ -2,7 +2,8 @@
 
 Input columns follow Spark's Kafka sink: ``value`` (required, binary or string), ``key``
 (binary or string), ``partition`` (int), ``headers`` (array<struct<key: string, value:
-binary>>) and ``timestamp`` (timestamp; the write time when absent or null). Strings are
+binary>>) and ``timestamp`` (timestamp, floored to milliseconds as Spark's Kafka sink floors
+it; the write time when absent or null). Strings are
 encoded as UTF-8. ``topic`` and ``offset`` are ignored (the path names the table; offsets
 are assigned at commit), so a DataFrame read from a txntable can be written back as is; any
 other column is refused (``SchemaMismatchError``) rather than silently lost.
@@ -20,22 +21,20 @@ everything is at once. Batches are non-transactional (producer id -1), so the co
 never conflicts with producers; a lost race only rebases offsets.
 
 A streaming micro-batch commits the same way plus an
-:class:`~txntable.protocol.actions.AppTxn` ``(appId, batchId)``; the check "batchId already
-applied?"
+:class:`~txntable.protocol.actions.AppTxn` ``(appId, batchId)``, ``appId`` being the query's
+id (:mod:`txntable_spark.checkpoint`) or ``txnAppId``; the check "batchId already applied?"
 runs inside the commit's retry loop against the refreshed snapshot, so a batch replayed after
 a restart is skipped even when its first attempt's commit raced with other writers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import random
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -72,22 +71,17 @@ from txntable.producer.partitioner import partitions_for_keys
 from txntable.protocol.actions import AppTxn, Batch, CommitPlan
 from txntable.protocol.append import AppendResult, PendingBatch, plan_append
 from txntable.protocol.records import SEGMENT_SCHEMA
-from txntable.protocol.schema import (
-    TypedLayout,
-    castable,
-    check_evolution,
-    layout_of,
-    merge_schemas,
-    schema_to_json,
-)
+from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage import Store
 from txntable.table import Table
 from txntable.util import now_ms
 
+from .checkpoint import app_id_of_query, checkpoint_option, read_query_id, task_query_id
 from .options import WriteOptions, parse_write_options
 from .scan import cached_store, open_table
-from .schema import spark_to_arrow
+from .timeconv import floor_timestamps
+from .typedwrite import TypedWrite, plan_typed_write
 
 __all__ = [
     "TxnCommitMessage",
@@ -102,7 +96,6 @@ _INT_TYPES = (IntegerType, LongType, ShortType, ByteType)
 
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass
@@ -111,6 +104,8 @@ class TxnCommitMessage(WriterCommitMessage):
 
     batches: list[PendingBatch] = field(default_factory=list)
     rows: int = 0
+    #: A streaming task's query id (Spark's local property), checked by the driver.
+    query_id: str | None = None
 
 
 #: Columns a write accepts: the record's, plus the read-only ones of a txntable read
@@ -197,8 +192,9 @@ def _as_headers(arr: pa.Array | None, n: int) -> pa.Array:
 def _as_timestamps(arr: pa.Array | None, n: int, now: int) -> pa.Array:
     if arr is None:
         return pa.array(np.full(n, now, dtype=np.int64)).cast(_SEG_TIMESTAMP)
-    # Spark sends microseconds; segments keep Kafka's milliseconds (truncated).
-    ms = arr.cast(pa.timestamp("us", tz="UTC")).cast(_SEG_TIMESTAMP, safe=False)
+    # Spark sends microseconds; segments keep Kafka's milliseconds, floored as Spark's
+    # Kafka sink floors them (-1.5 ms is -2 ms).
+    ms = floor_timestamps(arr, "ms").cast(_SEG_TIMESTAMP)
     if ms.null_count:
         ms = ms.cast(pa.int64()).fill_null(now).cast(_SEG_TIMESTAMP)
     return ms
@@ -318,10 +314,10 @@ def write_task(
     opts: WriteOptions,
     num_partitions: int,
     write_id: str,
-    layout: TypedLayout | None = None,
+    typed: TypedWrite | None = None,
 ) -> TxnCommitMessage:
     """Executor side of both writers: route, write segments, describe them (a typed
-    table's rows (``layout``) conformed to its schema, routed by its key columns)."""
+    table's rows conformed by ``typed``, routed by its key columns)."""
     loc = opts.location
     store = cached_store(loc.warehouse_url, loc.storage_options)
     router = Router(num_partitions, _sticky_partition(num_partitions))
@@ -332,11 +328,9 @@ def write_task(
         if n == 0:
             continue
         keys: pa.Array | pa.ChunkedArray
-        if layout is not None:
-            data = pa.Table.from_batches([batch])
-            data = data.drop_columns([c for c in TYPED_IGNORED if c in data.column_names])
-            rows = layout.conform(data, now)
-            keys = layout.keys(rows)
+        if typed is not None:
+            rows = typed.conform(pa.Table.from_batches([batch]), now)
+            keys = typed.layout.keys(rows)
         else:
             value = _column(batch, "value")
             if value is None:
@@ -436,70 +430,12 @@ def plain_append(
 # --- the writers -----------------------------------------------------------------------------
 
 
-#: Columns of a typed table's read that a write ignores (``partition`` routes the row,
-#: ``timestamp`` is its timestamp; ``offset`` is assigned at commit).
-TYPED_IGNORED = ("partition", "offset")
-
-
-def typed_write_layout(layout: TypedLayout, schema: StructType, merge: bool) -> TypedLayout:
-    """The layout a typed table is written with from a DataFrame of ``schema``: the table's,
-    or with ``mergeSchema`` its evolution holding the DataFrame's columns.
-
-    Raises:
-        SchemaMismatchError: A column the table does not have (without ``mergeSchema``), a
-            column whose type does not fit, or an evolution that is not allowed.
-    """
-    arrow = spark_to_arrow(schema)
-    system = {*TYPED_IGNORED, "timestamp"}
-    data = pa.schema([f for f in arrow if f.name not in system])
-    unknown = [n for n in data.names if n not in layout.schema.names]
-    target = layout.schema
-    if unknown and not merge:
-        raise SchemaMismatchError(
-            f"column {unknown[0]!r} is not a column of the table ({layout.schema.names}); "
-            "write with option mergeSchema=true to add it"
-        )
-    if merge:
-        target = merge_schemas(layout.schema, data)
-    for f in data:
-        want = target.field(f.name).type
-        if not castable(f.type, want):
-            raise SchemaMismatchError(
-                f"column {f.name!r} of type {f.type} cannot be stored as {want}"
-            )
-    return TypedLayout(target, layout.key_columns)
-
-
-def with_schema(
-    build: Callable[[TableSnapshot], CommitPlan[T]], schema: pa.Schema
-) -> Callable[[TableSnapshot], CommitPlan[T]]:
-    """``build``, committing ``schema`` too (a ``metadata`` action) when the newest
-    snapshot's schema is not it already: a ``mergeSchema`` write's evolution lands in the
-    same log version as its data, re-checked against every snapshot it rebases onto.
-
-    Raises:
-        SchemaMismatchError: A concurrent change left ``schema`` no evolution of the newest.
-    """
-
-    def wrapped(s: TableSnapshot) -> CommitPlan[T]:
-        plan = build(s)
-        layout = layout_of(s.metadata)
-        assert s.metadata is not None and layout is not None
-        if not plan.actions or layout.schema.equals(schema):
-            return plan
-        check_evolution(layout.schema, schema)
-        metadata = replace(s.metadata, schema=schema_to_json(schema))
-        return CommitPlan([metadata, *plan.actions], plan.result, plan.operation)
-
-    return wrapped
-
-
 @dataclass(frozen=True)
 class WriteSetup:
     """What the driver fixes once for a batch write job or a streaming query."""
 
-    #: A typed table's layout the tasks write with (``None``: Kafka's record).
-    layout: TypedLayout | None
+    #: How the tasks conform rows to a typed table (``None``: Kafka's record).
+    typed: TypedWrite | None
     num_partitions: int
     #: The table version the write started from.
     version: int
@@ -516,12 +452,12 @@ def prepare_write(opts: WriteOptions, schema: StructType) -> WriteSetup:
     """
     snap = open_table(opts.location).snapshot()
     table_layout = layout_of(snap.metadata)
-    layout: TypedLayout | None = None
+    typed: TypedWrite | None = None
     if table_layout is not None:
-        layout = typed_write_layout(table_layout, schema, opts.merge_schema)
+        typed = plan_typed_write(table_layout, schema, opts.merge_schema)
     else:
         check_input_schema(schema)
-    return WriteSetup(layout, snap.num_partitions, snap.version, uuid.uuid4().hex)
+    return WriteSetup(typed, snap.num_partitions, snap.version, uuid.uuid4().hex)
 
 
 class TxnTableWriter(DataSourceArrowWriter):
@@ -530,8 +466,8 @@ class TxnTableWriter(DataSourceArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         self.opts = opts
         setup = prepare_write(opts, schema)
-        #: A typed table's layout the tasks write with (``None``: Kafka's record).
-        self.layout = setup.layout
+        #: How the tasks conform rows to a typed table (``None``: Kafka's record).
+        self.typed = setup.typed
         self.num_partitions = setup.num_partitions
         self.start_version = setup.version
         self.write_id = setup.write_id
@@ -541,7 +477,7 @@ class TxnTableWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments (invisible until the driver commits)."""
-        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
+        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.typed)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Driver: commit all segments as one log version (no version if nothing was written).
@@ -558,8 +494,8 @@ class TxnTableWriter(DataSourceArrowWriter):
         opts = self.opts
         if opts.txn_app_id is not None and opts.txn_version is not None:
             build = app_txn_append(batches, opts.txn_app_id, opts.txn_version, "WRITE")
-            if self.layout is not None:
-                build = with_schema(build, self.layout.schema)
+            if self.typed is not None:
+                build = self.typed.commit_build(build)
             plan, version = table.commit(build)
             if plan.result is None:
                 self.skipped = True
@@ -568,9 +504,9 @@ class TxnTableWriter(DataSourceArrowWriter):
             else:
                 self.committed_version = version
                 committed = {b.path for b in batches}
-        elif self.layout is not None:
-            append = plain_append(batches)
-            _, self.committed_version = table.commit(with_schema(append, self.layout.schema))
+        elif self.typed is not None:
+            append = self.typed.commit_build(plain_append(batches))
+            _, self.committed_version = table.commit(append)
             committed = {b.path for b in batches}
         else:
             _, self.committed_version = table.append(batches)
@@ -617,59 +553,74 @@ class TxnTableWriter(DataSourceArrowWriter):
         return False
 
 
-def default_app_id(options: dict[str, str]) -> str:
-    """The AppTxn id of a streaming write without ``txnAppId``: derived from the checkpoint.
-
-    Spark passes the query's ``checkpointLocation`` option to the sink (not its query id),
-    and a restarted query reuses its checkpoint, which is exactly the identity idempotency
-    needs. Two queries with the same checkpoint cannot run at once anyway.
-
-    Raises:
-        InvalidConfigurationError: If there is neither ``txnAppId`` nor a
-            ``checkpointLocation`` option (e.g. only the session-wide checkpoint conf).
-    """
-    checkpoint = {k.lower(): v for k, v in options.items()}.get("checkpointlocation")
-    if not checkpoint:
-        raise InvalidConfigurationError(
-            "a txntable streaming write needs option txnAppId or checkpointLocation "
-            "(the idempotency key of its micro-batches)"
-        )
-    digest = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
-    return f"spark-{digest}"
-
-
 class TxnTableStreamWriter(DataSourceStreamArrowWriter):
-    """Exactly-once micro-batch sink: one log version per batch, tagged ``AppTxn(app, batch)``."""
+    """Exactly-once micro-batch sink: one log version per batch, tagged ``AppTxn(app, batch)``.
 
-    def __init__(self, opts: WriteOptions, schema: StructType, app_id: str) -> None:
+    The app id is ``txnAppId`` if given, else the query's id read from its checkpoint (see
+    :mod:`txntable_spark.checkpoint`).
+    """
+
+    def __init__(self, opts: WriteOptions, schema: StructType, options: dict[str, str]) -> None:
         self.opts = opts
-        self.app_id = app_id
+        #: The query id read from the checkpoint (``None`` with an explicit ``txnAppId``).
+        self.query_id: str | None = None
+        if opts.txn_app_id is not None:
+            self.app_id = opts.txn_app_id
+        else:
+            location = checkpoint_option(options)
+            if location is None:
+                raise InvalidConfigurationError(
+                    "a txntable streaming write needs option checkpointLocation (its query "
+                    "id is the idempotency key of its micro-batches) or txnAppId"
+                )
+            self.query_id = read_query_id(location)
+            self.app_id = app_id_of_query(self.query_id)
         setup = prepare_write(opts, schema)
-        self.layout = setup.layout
+        self.typed = setup.typed
         self.num_partitions = setup.num_partitions
         self.write_id = setup.write_id
         self.last_result: str | None = None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """Executor: write this task's segments of the micro-batch."""
-        return write_task(iterator, self.opts, self.num_partitions, self.write_id, self.layout)
+        message = write_task(iterator, self.opts, self.num_partitions, self.write_id, self.typed)
+        message.query_id = task_query_id()
+        return message
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Driver: commit the micro-batch unless ``batchId`` was already applied."""
+        """Driver: commit the micro-batch unless ``batchId`` was already applied.
+
+        Raises:
+            InvalidConfigurationError: A task ran for another query than the one whose
+                checkpoint the writer read (the location was resolved unlike Spark).
+        """
+        self._check_query(messages)
         batches = _batches(messages)
         table = open_table(self.opts.location)
         if not batches:
             self.last_result = "empty"
             return
         build = app_txn_append(batches, self.app_id, batchId, "STREAMING UPDATE")
-        if self.layout is not None:
-            build = with_schema(build, self.layout.schema)
+        if self.typed is not None:
+            build = self.typed.commit_build(build)
         plan, _ = table.commit(build)
         if plan.result is None:
             self.last_result = "skipped"
             _delete(table.store, [b.path for b in batches])
         else:
             self.last_result = "committed"
+
+    def _check_query(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.query_id is None:
+            return
+        for m in messages:
+            if isinstance(m, TxnCommitMessage) and m.query_id not in (None, self.query_id):
+                raise InvalidConfigurationError(
+                    f"the checkpoint the txntable sink read holds query id {self.query_id}, "
+                    f"but the query running is {m.query_id}: checkpointLocation was "
+                    "resolved differently from Spark (a non-local default file system?); "
+                    "set option txnAppId"
+                )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Driver: delete the batch's segments if no commit of ``batchId`` is in the log.
@@ -687,7 +638,3 @@ class TxnTableStreamWriter(DataSourceStreamArrowWriter):
         if prev is None or prev.version < batchId:
             _delete(table.store, [b.path for b in _batches(messages)])
 
-
-def stream_app_id(opts: WriteOptions, options: dict[str, str]) -> str:
-    """``txnAppId`` if given, else :func:`default_app_id`."""
-    return opts.txn_app_id or default_app_id(options)

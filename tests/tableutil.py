@@ -218,12 +218,19 @@ class ReadFaultStore(FaultInjectingStore):
         """Raise ``TransientStorageError`` on the next ``times`` GETs of ``key``."""
         self.get_faults[key] = self.get_faults.get(key, 0) + times
 
-    def get(self, key: str) -> StoredObject:
+    def _check_get(self, key: str) -> None:
         if self.get_faults.get(key, 0) > 0:
             self.get_faults[key] -= 1
             self.get_faults_fired += 1
             raise TransientStorageError(f"injected read failure of {key!r}")
+
+    def get(self, key: str) -> StoredObject:
+        self._check_get(key)
         return super().get(key)
+
+    def get_data_file(self, key: str) -> bytes:
+        self._check_get(key)
+        return super().get_data_file(key)
 
 
 def build_table(store_wh: Warehouse, versions: int, interval: int = 5) -> Table:

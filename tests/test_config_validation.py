@@ -106,6 +106,14 @@ def test_auto_commit_without_a_group_is_refused_not_turned_off(t: Warehouse) -> 
         Consumer(t, group_id="../g")
 
 
+def test_heartbeat_must_be_below_the_session_timeout(t: Warehouse) -> None:
+    # Kafka refuses it: a session would expire between two heartbeats.
+    for heartbeat in (3000, 4000):
+        with pytest.raises(InvalidConfigurationError, match="heartbeat_interval_ms .* lower"):
+            Consumer(t, group_id="g", session_timeout_ms=3000, heartbeat_interval_ms=heartbeat)
+    Consumer(t, group_id="g", session_timeout_ms=3000, heartbeat_interval_ms=2999).close()
+
+
 def test_argument_tables_name_real_constructor_parameters() -> None:
     import inspect
 

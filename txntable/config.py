@@ -27,7 +27,6 @@ from txntable.layout import validate_id
 
 # --- log ----------------------------------------------------------------------------------
 
-COMMIT_MAX_ATTEMPTS_DEFAULT = 50
 COMMIT_BACKOFF_MS_DEFAULT = 5
 COMMIT_BACKOFF_MAX_MS_DEFAULT = 500
 #: How often (ms) a long-lived handle confirms with one LIST that the version its refresh
@@ -89,6 +88,13 @@ MAINTENANCE_INTERVAL_MS_DEFAULT = 5 * 60 * 1000
 #: Retained entries on a partition from which that check starts a merge.
 MAINTENANCE_MERGE_MIN_ENTRIES = "maintenance.merge.min.entries"
 MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT = 1000
+#: Publish a Delta Lake mirror of read_committed at ``<table>/_delta_log/`` (see
+#: txntable.mirror): writers publish in the background after their commits.
+MIRROR_DELTA = "mirror.delta"
+MIRROR_DELTA_DEFAULT = "false"
+#: At most one background publish per this many ms (-1: only on demand).
+MIRROR_INTERVAL_MS = "mirror.interval.ms"
+MIRROR_INTERVAL_MS_DEFAULT = 1000
 
 # --- producer -----------------------------------------------------------------------------
 
@@ -129,6 +135,10 @@ PARTITION_ASSIGNMENT_STRATEGY_DEFAULT: tuple[str, ...] = ("range", "cooperative-
 METADATA_MAX_AGE_MS_DEFAULT = 300_000
 
 # --- readers (Consumer, Table.scan) -------------------------------------------------------
+
+#: Kafka's consumer ``request.timeout.ms``: how long a reader retries a failing storage
+#: request (a log version, a segment) before raising ``KafkaTimeoutError``.
+REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 
 #: Threads fetching segments at once: object-store reads are latency bound, not CPU bound.
 READ_WORKERS_DEFAULT = 16
@@ -249,7 +259,7 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "max_poll_records": int_at_least(1),
     "fetch_backoff_ms": int_at_least(0),
     "group_id": optional(legal_id),
-    "enable_auto_commit": boolean,
+    "enable_auto_commit": optional(boolean),
     "auto_commit_interval_ms": int_at_least(0),
     "group_generation": int_at_least(-1),
     "unstable_offset_timeout_ms": int_at_least(0),
@@ -261,6 +271,8 @@ CONSUMER_ARGUMENTS: dict[str, Validator] = {
     "max_poll_interval_ms": int_at_least(1),
     "partition_assignment_strategy": assignment_strategy,
     "metadata_max_age_ms": int_at_least(0),
+    "consumer_timeout_ms": optional(int_at_least(0)),
+    "request_timeout_ms": int_at_least(0),
 }
 
 #: ``Table.scan`` arguments (offsets and partitions are checked by the planning).
@@ -268,6 +280,7 @@ SCAN_ARGUMENTS: dict[str, Validator] = {
     "isolation_level": one_of("read_committed", "read_uncommitted"),
     "max_workers": int_at_least(1),
     "max_bytes_in_flight": int_at_least(1),
+    "request_timeout_ms": int_at_least(0),
 }
 
 
@@ -292,6 +305,13 @@ def _parse_cleanup_policy(raw: str) -> object:
     if not policies or not policies <= {"delete", "compact"}:
         raise ValueError("must be delete, compact or compact,delete")
     return frozenset(policies)
+
+
+def _parse_bool(raw: str) -> object:
+    text = raw.strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text == "true"
 
 
 def _parse_ratio(raw: str) -> object:
@@ -389,6 +409,18 @@ TABLE_CONFIG: dict[str, TableConfigKey] = {
             str(MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT),
             _parse_int_at_least(2),
             "retained entries of a partition from which a producer starts a merge",
+        ),
+        TableConfigKey(
+            MIRROR_DELTA,
+            MIRROR_DELTA_DEFAULT,
+            _parse_bool,
+            "publish a Delta Lake mirror of read_committed in <table>/_delta_log/",
+        ),
+        TableConfigKey(
+            MIRROR_INTERVAL_MS,
+            str(MIRROR_INTERVAL_MS_DEFAULT),
+            _parse_int_at_least(-1),
+            "at most one background publish of the Delta mirror per this many ms (-1 never)",
         ),
     )
 }

@@ -8,11 +8,14 @@ gaps, as with Kafka. ``read_uncommitted`` returns everything below the high wate
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,11 +29,14 @@ from txntable.errors import (
     InvalidConfigurationError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    TableNotFoundError,
     TxnTableError,
     UnstableOffsetCommitError,
 )
 from txntable.groups.assignors import check_strategies
+from txntable.groups.member import load_group
 from txntable.groups.offsets import (
+    check_offset_targets,
     check_offsets,
     open_group_table,
 )
@@ -68,13 +74,16 @@ from txntable.structs import (
     check_topic_partitions,
 )
 from txntable.table import Table
-from txntable.util import now_ms
+from txntable.util import now_ms, within_timeout
 from txntable.warehouse import Warehouse, require_warehouse
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "Consumer"]
 
 #: What a fetch returns for one partition: segment rows and their offsets.
 Fetched = tuple[pa.Table, np.ndarray]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Consumer:
@@ -89,7 +98,9 @@ class Consumer:
         group_id: Consumer group whose committed offsets positions start from and
             ``commit`` writes to (``_groups/<group_id>/_log``).
         enable_auto_commit: Commit positions every ``auto_commit_interval_ms`` during
-            ``poll`` and on ``close`` (needs ``group_id``).
+            ``poll`` and on ``close``. Default (``None``): on with a ``group_id``, as Kafka's
+            clients (off without one); a consumer whose offsets a transaction commits needs
+            ``False``.
         group_generation: Generation carried by offset commits; a commit older than one
             already in the group log is refused (a fenced member).
         unstable_offset_timeout_ms: How long ``committed`` and the initial position wait for
@@ -98,11 +109,18 @@ class Consumer:
         fetch_max_bytes: Segment bytes (as stored) fetched in the background ahead of the
             positions, so object-store latency overlaps the caller's work (Kafka's
             ``fetch.max.bytes``; a segment larger than this is still fetched, alone).
+        consumer_timeout_ms: Iterating the consumer (``for record in consumer``) stops
+            after this long without a record (kafka-python's); ``None``: never.
+        request_timeout_ms: How long a storage request that fails transiently (reading
+            the log, a segment, the group's offsets) is retried before the call raises
+            ``KafkaTimeoutError`` (Kafka's ``request.timeout.ms``); ``poll`` may block this
+            long beyond its own timeout while storage fails.
 
     Raises:
         InvalidConfigurationError: An argument has the wrong type or is out of range (see
-            :data:`txntable.config.CONSUMER_ARGUMENTS`), or ``enable_auto_commit`` is set
-            without a ``group_id``; the message names the argument.
+            :data:`txntable.config.CONSUMER_ARGUMENTS`), ``enable_auto_commit`` is set
+            without a ``group_id``, or ``heartbeat_interval_ms`` is not below
+            ``session_timeout_ms``; the message names the argument.
     """
 
     def __init__(
@@ -113,7 +131,7 @@ class Consumer:
         max_poll_records: int = config.MAX_POLL_RECORDS_DEFAULT,
         fetch_backoff_ms: int = config.FETCH_BACKOFF_MS_DEFAULT,
         group_id: str | None = None,
-        enable_auto_commit: bool = False,
+        enable_auto_commit: bool | None = None,
         auto_commit_interval_ms: int = config.AUTO_COMMIT_INTERVAL_MS_DEFAULT,
         group_generation: int = -1,
         unstable_offset_timeout_ms: int = 0,
@@ -127,12 +145,22 @@ class Consumer:
             config.PARTITION_ASSIGNMENT_STRATEGY_DEFAULT
         ),
         metadata_max_age_ms: int = config.METADATA_MAX_AGE_MS_DEFAULT,
+        consumer_timeout_ms: int | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> None:
         require_warehouse(warehouse)
         config.validate_arguments(config.CONSUMER_ARGUMENTS, locals())
         if enable_auto_commit and group_id is None:
             # Kafka's ConfigException: auto-commit has nowhere to commit to without a group.
             raise InvalidConfigurationError("enable_auto_commit=True needs a group_id")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            # Kafka's rule: a session would expire between two heartbeats.
+            raise InvalidConfigurationError(
+                f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({session_timeout_ms})"
+            )
+        if enable_auto_commit is None:  # Kafka's default, turned off without a group
+            enable_auto_commit = group_id is not None
         self.warehouse = warehouse
         self.isolation_level = isolation_level
         self.auto_offset_reset = auto_offset_reset
@@ -142,6 +170,7 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self.fetch_max_bytes = fetch_max_bytes
+        self.request_timeout_ms = request_timeout_ms
         self._cache: SegmentCache | None = None
         self._closed = False
         self._next_start = 0
@@ -165,14 +194,41 @@ class Consumer:
         #: Newly assigned partitions whose committed offset is still unstable (KIP-447).
         self._awaiting: set[TopicPartition] = set()
         self._next_stuck_check = 0.0
+        self.consumer_timeout_ms = consumer_timeout_ms
+        #: Records polled for iteration and not yielded yet, and per partition how many
+        #: and the position after them (``for record in consumer``).
+        self._iterated: deque[ConsumerRecord] = deque()
+        self._iterated_left: dict[TopicPartition, int] = {}
+        self._iterated_end: dict[TopicPartition, int] = {}
 
     # --- assignment and positions ----------------------------------------------------------
+
+    def _io(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn``, retrying transient storage errors for ``request_timeout_ms``.
+
+        Raises:
+            KafkaTimeoutError: Storage kept failing that long.
+        """
+        return within_timeout(fn, self.request_timeout_ms, what)
 
     def _table(self, name: str) -> Table:
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = self.warehouse.table(name)
+
+            def load() -> Table:
+                loaded = self.warehouse.table(name)
+                loaded.snapshot(refresh=False)
+                return loaded
+
+            table = self._tables[name] = self._io(f"loading table {name}", load)
         return table
+
+    def _partition_count(self, name: str) -> int | None:
+        """The table's partition count, ``None`` if there is no such table."""
+        try:
+            return self._table(name).num_partitions
+        except TableNotFoundError:
+            return None
 
     def _partition(self, tp: TopicPartition, refresh: bool = False) -> PartitionState:
         table = self._table(tp.topic)
@@ -180,11 +236,10 @@ class Consumer:
             self._refresh(table)
         return table.snapshot(refresh=False).partition(tp.partition)
 
-    @staticmethod
-    def _refresh(table: Table) -> None:
+    def _refresh(self, table: Table) -> None:
         # Read the new versions, then complete what a dead producer left prepared (at most
         # one coordinator read per stuck transactional id per grace period).
-        table.snapshot(refresh=True)
+        self._io(f"reading table {table.name}", table.snapshot)
         table.finish_stuck_transactions()
 
     def _check_open(self) -> None:
@@ -200,6 +255,7 @@ class Consumer:
         self._check_open()
         if self._subscription is not None:
             raise IllegalStateError("assign() after subscribe(): call unsubscribe() first")
+        self._drop_iterated()
         tps = list(dict.fromkeys(check_topic_partitions(partitions)))
         for tp in tps:
             self._partition(tp)  # raises for unknown tables/partitions
@@ -208,6 +264,7 @@ class Consumer:
                 self._forget_read_ahead(tp)
         self._assignment = tps
         self._positions = {tp: pos for tp, pos in self._positions.items() if tp in tps}
+        self._awaiting &= set(tps)
 
     def assignment(self) -> set[TopicPartition]:
         """The assigned partitions (of the group, when subscribed)."""
@@ -318,7 +375,8 @@ class Consumer:
         return {tp: OffsetAndMetadata(self._positions[tp]) for tp in tps if tp in self._positions}
 
     def _resolve_awaiting(self) -> None:
-        """Give newly assigned partitions their starting position once it is stable."""
+        """Give partitions waiting for a stable committed offset (newly assigned by the
+        group, or assigned partitions whose offset was unstable) their starting position."""
         for tp in sorted(self._awaiting):
             try:
                 self._reset(tp)
@@ -337,6 +395,8 @@ class Consumer:
         if time.monotonic() < self._next_stuck_check:
             return
         self._next_stuck_check = time.monotonic() + 1.0
+        if not self.warehouse.finish_stuck_transactions:
+            return  # read-only: wait for the producer, recover() or a writer
         from txntable.layout import group_root
         from txntable.txn.coordinator import TransactionCoordinator
         from txntable.txn.recovery import finish_if_stuck
@@ -356,18 +416,24 @@ class Consumer:
             if loaded[0].producer_id in pending:
                 try:
                     finish_if_stuck(coordinator, tid, now_ms(), None)
-                except TxnTableError:
-                    pass  # another client finished it first, or storage trouble: next sweep
+                except TxnTableError as e:
+                    # Another client finished it first, or storage trouble: next sweep.
+                    _log.info("could not finish the transaction of %s: %s", tid, e)
 
     # --- pause / resume --------------------------------------------------------------------
 
-    def pause(self, partitions: Iterable[TopicPartition]) -> None:
-        """Stop returning records of these assigned partitions (positions are kept)."""
-        self._paused.update(self._targets(check_topic_partitions(partitions)))
+    def pause(self, *partitions: TopicPartition | Iterable[TopicPartition]) -> None:
+        """Stop returning records of these assigned partitions (positions are kept).
 
-    def resume(self, partitions: Iterable[TopicPartition]) -> None:
-        """Return records of these paused partitions again."""
-        for tp in check_topic_partitions(partitions):
+        Takes a list of partitions, or kafka-python's form ``pause(tp1, tp2)``.
+        """
+        tps = _partitions_argument(partitions) or []
+        self._drop_iterated()
+        self._paused.update(self._targets(tps))
+
+    def resume(self, *partitions: TopicPartition | Iterable[TopicPartition]) -> None:
+        """Return records of these paused partitions again (a list, or ``resume(tp1, tp2)``)."""
+        for tp in _partitions_argument(partitions) or []:
             self._paused.discard(tp)
 
     def paused(self) -> set[TopicPartition]:
@@ -394,17 +460,30 @@ class Consumer:
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidOffsetError(f"offset must be a non-negative integer, got {offset!r}")
         self._targets([partition])
-        self._positions[partition] = offset
+        self._set_position(partition, offset)
 
-    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Seek to the log start offset of each partition (all assigned if none given)."""
-        for tp in self._targets(partitions):
-            self._positions[tp] = self._partition(tp, refresh=True).log_start_offset
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        # A seek wins over the committed offset a newly assigned partition would start from
+        # (as Kafka: a seek in on_partitions_assigned is where it starts).
+        self._drop_iterated()
+        self._awaiting.discard(tp)
+        self._positions[tp] = offset
 
-    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        """Seek to the end offset (LSO under read_committed, else the high watermark)."""
-        for tp in self._targets(partitions):
-            self._positions[tp] = self._end(self._partition(tp, refresh=True))
+    def seek_to_beginning(
+        self, *partitions: TopicPartition | Iterable[TopicPartition] | None
+    ) -> None:
+        """Seek to the log start offset of each partition (all assigned if none given).
+
+        Takes a list of partitions, or kafka-python's form ``seek_to_beginning(tp1, tp2)``.
+        """
+        for tp in self._targets(_partitions_argument(partitions)):
+            self._set_position(tp, self._partition(tp, refresh=True).log_start_offset)
+
+    def seek_to_end(self, *partitions: TopicPartition | Iterable[TopicPartition] | None) -> None:
+        """Seek to the end offset (LSO under read_committed, else the high watermark) of each
+        partition (all assigned if none given; a list, or ``seek_to_end(tp1, tp2)``)."""
+        for tp in self._targets(_partitions_argument(partitions)):
+            self._set_position(tp, self._end(self._partition(tp, refresh=True)))
 
     def _end(self, part: PartitionState) -> int:
         if self.isolation_level == READ_COMMITTED:
@@ -475,6 +554,78 @@ class Consumer:
         tps = check_topic_partitions(partitions)
         return {tp: self._partition(tp, refresh=True).log_start_offset for tp in tps}
 
+    def highwater(self, partition: TopicPartition) -> int:
+        """The last known high watermark of an assigned partition (kafka-python's): from the
+        table's snapshot of the last poll or offset lookup, without reading storage.
+
+        Raises:
+            InvalidArgumentTypeError: Not a ``TopicPartition``.
+            IllegalStateError: The partition is not assigned.
+        """
+        self._targets([check_topic_partition(partition)])
+        return self._partition(partition).high_watermark
+
+    # --- metadata (kafka-python's names) ------------------------------------------------
+
+    def topics(self) -> set[str]:
+        """The warehouse's tables (Kafka's topics)."""
+        self._check_open()
+        return set(self.warehouse.list_tables())
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic``; empty if there is no such table (as
+        kafka-python's)."""
+        self._check_open()
+        if not isinstance(topic, str):
+            raise InvalidArgumentTypeError(f"topic must be a str, not {type(topic).__name__}")
+        try:
+            return set(range(self.partition_count(topic)))
+        except TableNotFoundError:
+            return set()
+
+    # --- iteration (kafka-python's ``for record in consumer``) ---------------------------
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, polling as needed; ``StopIteration`` once the consumer is closed
+        or after ``consumer_timeout_ms`` without a record.
+
+        A record's partition's position moves past it as it is returned (kafka-python's), so
+        ``position()`` and commits count only the records the loop has seen.
+        """
+        if self._closed:
+            raise StopIteration
+        wait = self.consumer_timeout_ms
+        deadline = None if wait is None else time.monotonic() + wait / 1000
+        while not self._iterated:
+            left = 1000 if deadline is None else int((deadline - time.monotonic()) * 1000)
+            if left <= 0 and deadline is not None:
+                raise StopIteration
+            for tp, records in self.poll(timeout_ms=max(0, min(left, 1000))).items():
+                if records:
+                    self._iterated.extend(records)
+                    self._iterated_left[tp] = len(records)
+                    self._iterated_end[tp] = self._positions[tp]
+                    self._positions[tp] = records[0].offset  # not returned yet
+        record = self._iterated.popleft()
+        tp = TopicPartition(record.topic, record.partition)
+        self._iterated_left[tp] -= 1
+        if self._iterated_left[tp]:
+            self._positions[tp] = record.offset + 1
+        else:  # the poll's own position: past trailing markers and aborted batches too
+            self._positions[tp] = self._iterated_end.pop(tp)
+            del self._iterated_left[tp]
+        return record
+
+    def _drop_iterated(self) -> None:
+        """Forget records polled for iteration but not returned (their partitions' positions
+        already stand at the first of them)."""
+        self._iterated.clear()
+        self._iterated_left.clear()
+        self._iterated_end.clear()
+
     # --- polling -------------------------------------------------------------------------
 
     def poll(
@@ -491,6 +642,7 @@ class Consumer:
                 is ``none``.
             MissingSegmentError: A segment of a committed batch is gone (positions stay).
         """
+        self._drop_iterated()  # their positions stand at the first of them: polled again
         out = {}
         for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
             layout = self._layout(tp)
@@ -516,6 +668,7 @@ class Consumer:
             OffsetOutOfRangeError: As :meth:`poll`.
             MissingSegmentError: As :meth:`poll`.
         """
+        self._drop_iterated()
         out = {}
         for tp, (rows, offsets) in self._poll(timeout_ms, max_records).items():
             layout = self._layout(tp)
@@ -544,11 +697,12 @@ class Consumer:
                 raise InvalidConfigurationError(f"{name} must be >= {minimum}, got {value}")
         if self._subscription is not None:
             self._subscription.poll()
-            self._resolve_awaiting()
         self._maybe_auto_commit()
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            if self._awaiting:
+                self._resolve_awaiting()
             for table in {tp.topic for tp in self._fetchable()}:
                 self._refresh(self._table(table))
             out = self._fetch(limit)
@@ -573,7 +727,14 @@ class Consumer:
         remaining = limit
         for tp in order:
             if remaining > 0:
-                part, pos = self._fetch_position(tp)
+                try:
+                    part, pos = self._fetch_position(tp)
+                except UnstableOffsetCommitError:
+                    # Kafka's consumer keeps fetching the committed offset while it is
+                    # unstable and returns nothing for the partition meanwhile.
+                    self._awaiting.add(tp)
+                    self._finish_pending_offset_transactions()
+                    continue
                 plan = plan_fetch(part, pos, self._end(part), committed, remaining, lookahead)
                 plans.append((tp, plan))
                 ahead.append((tp, plan.ahead))
@@ -642,7 +803,9 @@ class Consumer:
 
     def _segment_cache(self) -> SegmentCache:
         if self._cache is None:
-            reader = SegmentReader(self.warehouse.store)
+            reader = SegmentReader(
+                self.warehouse.store, request_timeout_ms=self.request_timeout_ms
+            )
             self._cache = SegmentCache(
                 reader, self.fetch_max_bytes, config.READ_WORKERS_DEFAULT, self._layout
             )
@@ -658,21 +821,34 @@ class Consumer:
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         if self._group is None:
-            self._group = open_group_table(self.warehouse.store, self.group_id, create)
+            group_id = self.group_id
+            self._group = self._io(
+                f"opening group {group_id}",
+                lambda: open_group_table(self.warehouse.store, group_id, create),
+            )
         return self._group
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """What ``Producer.send_offsets_to_transaction`` needs to commit for this group.
 
         When subscribed, the member's generation and id: a transactional commit of a
-        member that a newer generation replaced is refused (KIP-447).
+        member that a newer generation replaced is refused (KIP-447). A newer generation
+        in which this member keeps every partition it owns is used at once (one read of
+        the group object): another member's rebalance must not fail this member's
+        transactions until its next poll or heartbeat notices it.
         """
         if self.group_id is None:
             raise IllegalStateError("this consumer has no group_id")
         sub = self._subscription
+        auto = self.enable_auto_commit
         if sub is not None:
-            return ConsumerGroupMetadata(self.group_id, sub.generation, sub.member_id or "")
-        return ConsumerGroupMetadata(self.group_id, self.group_generation)
+            generation = sub.generation
+            if sub.member_id is not None:
+                generation = sub.newer_generation_owning(set(sub.owned)) or generation
+            return ConsumerGroupMetadata(
+                self.group_id, generation, sub.member_id or "", auto_commit=auto
+            )
+        return ConsumerGroupMetadata(self.group_id, self.group_generation, auto_commit=auto)
 
     def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
         """The group's committed offset for ``partition``, or ``None``.
@@ -688,7 +864,8 @@ class Consumer:
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
         while True:
             try:
-                return committed_offset(table.snapshot(), self.group_id or "", partition)
+                snap = self._io(f"reading group {self.group_id}", table.snapshot)
+                return committed_offset(snap, self.group_id or "", partition)
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:
                     raise
@@ -699,9 +876,13 @@ class Consumer:
 
         Raises:
             OffsetMetadataTooLargeError: Metadata over the group's limit.
+            UnknownTopicOrPartitionError: A table or partition that does not exist; nothing
+                is committed.
             IllegalGenerationError: This consumer's generation is older than the group's
                 (a ``CommitFailedError``): when subscribed, a newer generation took some of
                 the partitions away (one in which it still owns them all is retried).
+            CommitFailedError: Not subscribed (``assign()``) while the group has live
+                members (Kafka refuses a commit without a generation to a non-empty group).
         """
         self._check_open()
         if offsets is None:
@@ -709,10 +890,15 @@ class Consumer:
         offsets = check_offsets(offsets)
         if not offsets:
             return
+        check_offset_targets(self.group_id or "", offsets, self._partition_count)
         sub = self._subscription
         if sub is None:
-            self.commit_for_generation(offsets, self.group_generation)
+            generation = self.group_generation
+            if generation < 0:
+                generation = self._generation_outside_group()
+            self.commit_for_generation(offsets, generation)
             return
+        sub.check_fenced()
         if sub.member_id is None or sub.generation < 0:
             raise CommitFailedError(
                 f"group {self.group_id}: this consumer is not a member of the group now (its "
@@ -729,6 +915,30 @@ class Consumer:
                     raise
                 generation = newer
         self.commit_for_generation(offsets, generation)
+
+    def _generation_outside_group(self) -> int:
+        """The generation a consumer that is not a member (``assign()``) commits with: the
+        group object's, if the group has no live member.
+
+        Kafka accepts an offset commit without a generation only while the group is empty.
+        Committing with the empty group's generation keeps that true after the check: a
+        member that joins meanwhile fences a newer generation in the group log before it
+        reads offsets, and the fence refuses this commit (``IllegalGenerationError``).
+
+        Raises:
+            CommitFailedError: The group has members whose session has not expired.
+        """
+        state, _ = load_group(self.warehouse.store, self.group_id or "")
+        now = now_ms()
+        live = [m for m in state.members.values() if not m.expired(now)]
+        if live:
+            raise CommitFailedError(
+                f"group {self.group_id} has {len(live)} live member(s) in generation "
+                f"{state.generation}: a consumer outside the group (assign()) cannot commit "
+                "its offsets (Kafka's UNKNOWN_MEMBER_ID); subscribe() to join it, or use "
+                "another group_id"
+            )
+        return state.generation
 
     def commit_for_generation(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], generation: int
@@ -792,3 +1002,19 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _partitions_argument(
+    args: tuple[TopicPartition | Iterable[TopicPartition] | None, ...],
+) -> list[TopicPartition] | None:
+    """The partitions given to ``seek_to_beginning`` and the like: one list of them (this
+    client's form), kafka-python's ``f(tp1, tp2)``, or none at all (``None``).
+
+    Raises:
+        InvalidArgumentTypeError: Anything else.
+    """
+    if not args or (len(args) == 1 and args[0] is None):
+        return None
+    if len(args) == 1 and not isinstance(args[0], TopicPartition):
+        return check_topic_partitions(args[0])
+    return check_topic_partitions(args)

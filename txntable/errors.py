@@ -89,6 +89,16 @@ class CommitConflictError(TxnTableError):
     """A log commit kept losing the race for the next version until retries ran out."""
 
 
+class MirrorConflictError(TxnTableError):
+    """The table's Delta mirror (``_delta_log/``) holds a commit no txntable publisher of
+    this table wrote (a foreign writer), or belongs to another table: publishing stops."""
+
+
+class MirrorUnsupportedError(TxnTableError):
+    """The table cannot be mirrored as Delta reader 1 / writer 2 (a column type or a schema
+    change that needs a newer Delta protocol, a segment outside the table's directory)."""
+
+
 class SchemaMismatchError(TxnTableError):
     """Records or a segment do not match the table's record schema."""
 
@@ -106,6 +116,11 @@ class TableNotFoundError(TxnTableError):
 
 class TableExistsError(TxnTableError):
     """``create_table`` found a table with that name already."""
+
+
+class TableInUseError(TxnTableError):
+    """``drop_table`` found a transaction open on the table (its markers would have nowhere
+    to go)."""
 
 
 class UnknownTopicOrPartitionError(TxnTableError):
@@ -135,6 +150,12 @@ class RecordTooLargeError(TxnTableError):
     """A record is larger than ``max_request_size``."""
 
 
+class OffsetsUnknownError(TxnTableError):
+    """Records were committed, but their offsets can no longer be read back: another
+    client completed their transaction, and maintenance merged their batch or expired its
+    producer before this producer looked."""
+
+
 class BufferExhaustedError(TxnTableError):
     """``send`` waited ``max_block_ms`` for buffer memory (Kafka's TimeoutException)."""
 
@@ -145,6 +166,21 @@ class KafkaTimeoutError(TxnTableError):
 
 class IllegalStateError(TxnTableError):
     """The client was used after ``close`` or otherwise out of order."""
+
+
+class InternalError(TxnTableError):
+    """An unexpected failure inside txntable: a defect, or an error of a library it calls
+    that it does not map. The original exception is the ``__cause__``."""
+
+    @classmethod
+    def wrap(cls, error: BaseException) -> TxnTableError:
+        """``error`` itself if it is a :class:`TxnTableError`, else an ``InternalError``
+        naming it (raise it ``from error``)."""
+        if isinstance(error, TxnTableError):
+            return error
+        wrapped = cls(f"unexpected {type(error).__name__}: {error}")
+        wrapped.__cause__ = error
+        return wrapped
 
 
 # --- consumer and groups ---------------------------------------------------------------------
@@ -177,6 +213,11 @@ class UnknownMemberIdError(CommitFailedError):
 
 class FencedInstanceIdError(CommitFailedError):
     """Another process joined with this member's ``group_instance_id`` (KIP-345)."""
+
+
+class PolicyViolationError(TxnTableError):
+    """A request the table's configuration forbids (Kafka's PolicyViolationException), such
+    as key compaction of a table whose ``cleanup.policy`` is ``delete``."""
 
 
 class InconsistentGroupProtocolError(TxnTableError):

@@ -111,14 +111,31 @@ def outcomes_key(root: str) -> str:
     return f"{root}/{COMMIT_DIR}/outcomes.json"
 
 
+def sweep_key(root: str) -> str:
+    """Key of the time of the last sweep for decided, unfinished transactions naming the
+    table at ``root`` (CAS; only decides which writer sweeps)."""
+    return f"{root}/{COMMIT_DIR}/sweep.json"
+
+
 # --- segment files ------------------------------------------------------------------------
 
 _DATED = re.compile(r"(?:^|-)(\d{13})-[0-9a-f]{32}\.parquet$")
 
 
 def data_dir(table: str, partition: int | None = None) -> str:
-    """Prefix of ``table``'s segment files (of one ``partition``, or of all)."""
-    return f"{table}/data/" if partition is None else f"{table}/data/{partition}/"
+    """Prefix of ``table``'s segment files (of one ``partition``, or of all).
+
+    A partition's directory is hive-style, ``data/partition=<p>/``: readers of the Delta
+    mirror that take partition values from paths (Polars) see them. Writers before the
+    mirror used ``data/<p>/`` (:func:`segment_dirs`); readers take a batch's path as given.
+    """
+    return f"{table}/data/" if partition is None else f"{table}/data/partition={partition}/"
+
+
+def segment_dirs(table: str, partition: int) -> tuple[str, str]:
+    """Every directory a segment of ``partition`` may lie in: hive-style, then the
+    ``data/<p>/`` of writers before the Delta mirror."""
+    return data_dir(table, partition), f"{table}/data/{partition}/"
 
 
 def segment_key(table: str, partition: int, file_name: str) -> str:

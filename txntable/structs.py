@@ -7,7 +7,7 @@ committed offsets, group metadata, and the two isolation levels.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple
 
 from txntable.errors import InvalidArgumentTypeError
@@ -77,21 +77,38 @@ class ProducerRecord:
         return size
 
 
+#: ``ConsumerRecord.timestamp_type`` of a timestamp the producer set (Kafka's CreateTime).
+CREATE_TIME: Final = 0
+
+
 class ConsumerRecord(NamedTuple):
     """A record returned by :meth:`Consumer.poll`.
 
-    A named tuple, as kafka-python's: immutable, and cheap to build by the million.
+    A named tuple with kafka-python's fields in kafka-python's order (code that indexes or
+    unpacks one keeps working): immutable, and cheap to build by the million.
     """
 
     topic: str
     partition: int
+    #: Kafka's partition leader epoch; a table has no leaders: always -1 (unknown).
+    leader_epoch: int
     offset: int
+    #: Milliseconds since the epoch, as the producer set it (or the time it was sent).
+    timestamp: int
+    #: Always :data:`CREATE_TIME` (0).
+    timestamp_type: int
     #: Kafka's key bytes; for a typed table the dict of its key columns (``None`` without).
     key: Any
     #: Kafka's value bytes; for a typed table the dict of the record's columns.
     value: Any
     headers: list[Header]
-    timestamp: int
+    #: Removed from Kafka's record format v2: always ``None``.
+    checksum: None
+    #: Bytes of the key and the value, -1 when null (and for a typed table's records).
+    serialized_key_size: int
+    serialized_value_size: int
+    #: UTF-8 bytes of the header keys plus the values' bytes; -1 without headers.
+    serialized_header_size: int
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,9 @@ class ConsumerGroupMetadata:
     group_id: str
     generation_id: int = -1
     member_id: str = ""
+    #: Whether the consumer that made it auto-commits: its own commits of positions would
+    #: race the transaction's (``send_offsets_to_transaction`` refuses it).
+    auto_commit: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from txntable.errors import (
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     SchemaMismatchError,
 )
 from txntable.layout import segment_key
@@ -25,6 +26,7 @@ from txntable.protocol.actions import (
     Batch,
     CommitPlan,
     LogStart,
+    Segment,
 )
 from txntable.protocol.append import (
     AppendResult,
@@ -41,7 +43,7 @@ from txntable.protocol.schema import (
 )
 from txntable.protocol.snapshot import PartitionState, TableSnapshot
 from txntable.storage.base import Store
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.log.group_commit import GroupCommit, GroupCommitConfig
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from txntable.maintenance.retention import ExpiryReport, RetentionReport
     from txntable.maintenance.vacuum import VacuumReport
     from txntable.maintenance.verify import VerifyReport
+    from txntable.mirror.publisher import AutoPublisher, MirrorPublisher, PublishReport
     from txntable.protocol.sequencing import Operation
     from txntable.read.scan import Offsets, TableScan
     from txntable.txn.recovery import StuckTransactionFinisher
@@ -71,8 +74,11 @@ class OpenTransaction:
     #: Transactional id carried by the transaction's first batch (None if it has none).
     transactional_id: str | None = None
     #: Smallest record timestamp of the transaction's first batch on the partition: the
-    #: log's own evidence of when it started (the coordinator object has the exact time).
+    #: log's own evidence of when it started (record timestamps are the producer's, any value).
     start_timestamp: int = 0
+    #: When the transaction began, from its coordinator object (Kafka's
+    #: ``transactionStartTimeMs``); ``None`` when the object is gone or has moved on.
+    txn_start_timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,8 @@ class PartitionDescription:
     last_stable_offset: int
     open_transactions: tuple[OpenTransaction, ...]
     producers: tuple[ProducerDescription, ...] = ()
-    #: Segments referenced by the partition's batches, and their bytes.
+    #: Segment files the partition's entries reference (batches' and merged ones'), and their
+    #: bytes.
     segments: int = 0
     segment_bytes: int = 0
 
@@ -123,6 +130,19 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
     value = config.table_setting(configuration, config.CHECKPOINT_INTERVAL)
     assert isinstance(value, int)
     return value
+
+
+def mirror_interval(configuration: Mapping[str, str]) -> int | None:
+    """Background publish interval of the Delta mirror, ``None`` when off or on demand only
+    (a malformed value written by another client: off, with a warning)."""
+    try:
+        on = config.table_setting(configuration, config.MIRROR_DELTA)
+        interval = config.table_setting(configuration, config.MIRROR_INTERVAL_MS)
+    except InvalidConfigurationError as e:
+        _log.warning("Delta mirror off: %s", e)
+        return None
+    assert isinstance(interval, int)
+    return interval if on and interval >= 0 else None
 
 
 def plan_delete_records(
@@ -171,6 +191,12 @@ class Table:
         cfg = group_commit or GroupCommitConfig()
         #: Commits of this handle (group commit), or ``None``: each commit races alone.
         self.group_commit: GroupCommit | None = GroupCommit(self, cfg) if cfg.enabled else None
+        #: The Delta mirror: background publishes after commits (``mirror.delta``), every
+        #: ``mirror_interval_ms`` at most; ``None`` when off or only on demand.
+        self.mirror_interval_ms: int | None = None
+        self._publisher: MirrorPublisher | None = None
+        self._auto_publisher: AutoPublisher | None = None
+        self._mirror_mark: tuple[tuple[int, int, int], ...] = ()
 
     def snapshot(self, refresh: bool = True) -> TableSnapshot:
         """The handle's snapshot, brought up to date first unless ``refresh`` is false."""
@@ -202,6 +228,36 @@ class Table:
             # Written by another client: a reader must still read; use the default.
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
+        self.mirror_interval_ms = mirror_interval(snap.metadata.configuration)
+
+    def finish_decided_transactions(
+        self, now: int | None = None, once_per_ms: int | None = None
+    ) -> list[str]:
+        """Complete the decided (prepared) transactions naming this table that their
+        producers left unfinished past the grace period, including short-path commits,
+        which nothing in the table shows. One LIST of the coordinator objects and a GET
+        each: maintenance, not a hot path. Nothing with ``finish_stuck_transactions=False``.
+
+        Args:
+            now: The clock (ms) the grace period is measured against.
+            once_per_ms: Sweep only if no client swept this table within this long (a CAS
+                object says when the last one did): for writers that sweep periodically.
+
+        Returns:
+            The transactional ids completed.
+        """
+        if self._finisher is None:
+            return []
+        if once_per_ms is not None:
+            from txntable.txn.recovery import claim_sweep
+
+            clock = now_ms() if now is None else now
+            if not claim_sweep(self.store, self.log.root, once_per_ms, clock):
+                return []
+        finished = self._finisher.finish_decided(self.name, now)
+        if finished:
+            self.snapshot()
+        return finished
 
     def finish_stuck_transactions(self) -> bool:
         """Complete prepared transactions that dead producers left pinning the LSO.
@@ -233,6 +289,7 @@ class Table:
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
         columns: Sequence[str] | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> TableScan:
         """A bulk read of the table as Arrow: ``.to_arrow()``, ``.to_batches()``, ``.to_pandas()``.
 
@@ -256,8 +313,12 @@ class Table:
             max_bytes_in_flight: Segment bytes fetched ahead of the batch being returned.
             columns: Return only these columns, in this order. On a typed table only the
                 requested user columns are read from the segments' Parquet files.
+            request_timeout_ms: How long a failing storage request (the snapshot, a
+                segment) is retried before ``KafkaTimeoutError``.
 
         Raises:
+            KafkaTimeoutError: Storage kept failing for ``request_timeout_ms`` (also from
+                the ``to_*`` calls).
             OffsetOutOfRangeError: A starting offset is past the high watermark, or an
                 offset is below the log start offset.
             UnknownTopicOrPartitionError: A partition the table does not have.
@@ -275,6 +336,7 @@ class Table:
             max_workers,
             max_bytes_in_flight,
             columns,
+            request_timeout_ms,
         )
 
     @property
@@ -288,6 +350,53 @@ class Table:
         """A typed table's record schema (the user's columns) at the handle's snapshot."""
         layout = self.layout
         return layout.schema if layout else None
+
+    @property
+    def configuration(self) -> dict[str, str]:
+        """The table's configuration keys that are set (the others have their default, see
+        :data:`txntable.config.TABLE_CONFIG`), at the handle's snapshot."""
+        metadata = self.snapshot(refresh=False).metadata
+        assert metadata is not None
+        return dict(metadata.configuration)
+
+    def alter_configuration(
+        self, updates: Mapping[str, str | int] | None = None, removals: Iterable[str] = ()
+    ) -> dict[str, str]:
+        """Set the keys of ``updates`` and unset those of ``removals`` (back to their
+        default) in one log version: a new ``metadata`` action (Kafka's
+        ``IncrementalAlterConfigs``, Delta's ``ALTER TABLE SET / UNSET TBLPROPERTIES``).
+
+        Returns:
+            The configuration now in force (the keys that are set).
+
+        Raises:
+            InvalidConfigurationError: A key to set is unknown or not implemented, or its
+                value malformed; a key to unset is neither known nor set; a key is both set
+                and unset. Nothing is written.
+        """
+        changes = config.validate_table_configuration(updates)
+        removed = frozenset(removals)
+        both = removed & changes.keys()
+        if both:
+            raise InvalidConfigurationError(
+                f"configuration key {min(both)!r} is both set and unset"
+            )
+
+        def build(s: TableSnapshot) -> CommitPlan[dict[str, str]]:
+            assert s.metadata is not None
+            current = s.metadata.configuration
+            for name in sorted(removed - current.keys() - config.TABLE_CONFIG.keys()):
+                config.validate_table_configuration({name: ""})  # raises: unknown key
+            new = {k: v for k, v in current.items() if k not in removed} | changes
+            if new == current:
+                return CommitPlan([], new, "SET TBLPROPERTIES")
+            return CommitPlan([replace(s.metadata, configuration=new)], new, "SET TBLPROPERTIES")
+
+        self.snapshot()
+        plan, _ = self.commit(build)
+        with self._lock:
+            self._configure(self.snapshot())  # this handle's checkpoint interval
+        return dict(plan.result)
 
     def evolve_schema(self, schema: pa.Schema) -> pa.Schema:
         """Replace a typed table's record schema by an evolution of it, in one log version
@@ -340,17 +449,25 @@ class Table:
         markers: list[PendingMarker] | None = None,
         app_txn: AppTxn | None = None,
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[AppendResult, int]:
         """Commit already-written segments and/or markers as one log version.
 
+        Args:
+            timeout_ms: The commit's time budget (default: the table's commit timeout).
+
         Returns:
             Offsets assigned (duplicates get their original offsets) and the version.
+
+        Raises:
+            KafkaTimeoutError: Not decided within the budget (storage failing; outcome
+                unknown: an idempotent retry resolves it).
         """
         if self.group_commit is not None:
             from txntable.protocol.sequencing import AppendOp
 
             op = AppendOp(tuple(batches), tuple(markers or ()), app_txn)
-            result, version = self.submit(op, transactional_id)
+            result, version = self.submit(op, transactional_id, timeout_ms)
             assert isinstance(result, AppendResult)
             return result, version
         marks = markers or []
@@ -358,10 +475,12 @@ class Table:
         def build(s: TableSnapshot) -> CommitPlan[AppendResult]:
             return plan_append(s, batches, marks, app_txn, now_ms())
 
-        plan, version = self.commit(build, transactional_id)
+        plan, version = self.commit(build, transactional_id, timeout_ms)
         return plan.result, version
 
-    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[object, int]:
+    def submit(
+        self, op: Operation, transactional_id: str | None = None, timeout_ms: int | None = None
+    ) -> tuple[object, int]:
         """Commit a declarative operation (an append, an offset commit), which any writer
         of the table may commit on this one's behalf (group commit).
 
@@ -370,25 +489,78 @@ class Table:
         """
         self.snapshot(refresh=False)  # loaded, so a first commit needs no special case
         if self.group_commit is None:
-            plan, version = self.commit(lambda s: op.plan(s, now_ms()), transactional_id)
+            plan, version = self.commit(
+                lambda s: op.plan(s, now_ms()), transactional_id, timeout_ms
+            )
             return plan.result, version
-        return self.group_commit.submit(op, transactional_id)
+        out = self.group_commit.submit(op, transactional_id, timeout_ms)
+        self._after_commit()
+        return out
 
     def commit(
         self,
         build: Callable[[TableSnapshot], CommitPlan[T]],
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[CommitPlan[T], int]:
-        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`).
+        """Commit what ``build`` plans against the newest snapshot (see :meth:`Log.commit`),
+        within ``timeout_ms`` (default: the commit timeout).
 
         Optimistic: the attempt starts from the handle's snapshot without a refresh; a lost
         race refreshes it and calls ``build`` again.
         """
         if self.group_commit is not None:
             self.snapshot(refresh=False)
-            return self.group_commit.commit(build, transactional_id)
-        with self._lock:
-            return self.log.commit(self.snapshot(refresh=False), build, transactional_id)
+            out = self.group_commit.commit(build, transactional_id, timeout_ms)
+        else:
+            with self._lock:
+                out = self.log.commit(
+                    self.snapshot(refresh=False), build, transactional_id, timeout_ms
+                )
+        self._after_commit()
+        return out
+
+    def _after_commit(self) -> None:
+        """Hint the background publisher when what the mirror lists may have changed (an
+        LSO or log start moved, entries were rewritten): O(partitions), no I/O."""
+        if self.mirror_interval_ms is None:
+            return
+        snap = self._snapshot
+        if snap is None:
+            return
+        mark = tuple(
+            (p.log_start_offset, p.last_stable_offset, p.rewrites) for p in snap.partitions
+        )
+        if mark == self._mirror_mark:
+            return
+        self._mirror_mark = mark
+        if self._auto_publisher is None:
+            from txntable.mirror.publisher import AutoPublisher, MirrorPublisher
+
+            self._auto_publisher = AutoPublisher(
+                lambda: MirrorPublisher(self.store, self.name), self.mirror_interval_ms
+            )
+        self._auto_publisher.hint()
+
+    def publish(self) -> PublishReport:
+        """Publish the Delta Lake mirror of read_committed at the table's newest version
+        (``<table>/_delta_log/``, readable by Spark, Trino, delta-rs, DuckDB and Polars), on
+        demand, whether or not ``mirror.delta`` is on. See :mod:`txntable.mirror`.
+
+        Raises:
+            MirrorConflictError: The mirror holds a commit no publisher of this table wrote.
+            MirrorUnsupportedError: The table cannot be mirrored as Delta reader 1.
+        """
+        if self._publisher is None:
+            from txntable.mirror.publisher import MirrorPublisher
+
+            self._publisher = MirrorPublisher(self.store, self.name)
+        return self._publisher.publish()
+
+    def wait_for_mirror(self, timeout: float | None = None) -> None:
+        """Wait for this handle's background publishes to finish (tests, shutdown)."""
+        if self._auto_publisher is not None:
+            self._auto_publisher.join(timeout)
 
     def delete_records(self, offsets: Mapping[int, int]) -> dict[int, int]:
         """Kafka's DeleteRecords: move partitions' log start offsets forward.
@@ -424,42 +596,69 @@ class Table:
         plan, _ = self.commit(build)
         return plan.result
 
-    def vacuum(self, retention_ms: int | None = None, dry_run: bool = False) -> VacuumReport:
+    def vacuum(
+        self,
+        retention_ms: int | None = None,
+        dry_run: bool = True,
+        progress: Progress | None = None,
+    ) -> VacuumReport:
         """Delete segment files that no version of the retention window references and that
         are older than ``retention_ms`` (Delta's VACUUM).
 
-        See :mod:`txntable.maintenance.vacuum` (default retention: the table's
-        ``version.retention.ms``,
-        a week).
+        As delta-rs's ``DeltaTable.vacuum``, a dry run by default: the report lists what
+        would be deleted; ``dry_run=False`` deletes it. See :mod:`txntable.maintenance.vacuum`
+        (default retention: the table's ``version.retention.ms``, a week). ``progress`` is
+        told files listed and deleted (:data:`~txntable.util.Progress`).
         """
         from txntable.maintenance.maintain import MaintenanceConfig
         from txntable.maintenance.vacuum import vacuum
 
         if retention_ms is None:
             retention_ms = MaintenanceConfig.of(self.snapshot()).version_retention_ms
-        return vacuum(self, retention_ms, dry_run)
+        return vacuum(self, retention_ms, dry_run, progress=progress)
 
-    def optimize(self, target_bytes: int | None = None) -> RewriteReport:
+    def optimize(
+        self, target_bytes: int | None = None, progress: Progress | None = None
+    ) -> RewriteReport:
         """Merge runs of small segments below the LSO into segments of ``segment.bytes``.
 
         Offsets never change; markers and aborted data are dropped. One log version swaps
         the runs for the merged segments, then a checkpoint is written. See
-        :mod:`txntable.maintenance.merge`.
+        :mod:`txntable.maintenance.merge`. ``progress`` is told the input bytes rewritten.
         """
         from txntable.maintenance.maintain import rewrite
 
-        return rewrite(self, compact=False, target_bytes=target_bytes)
+        return rewrite(self, compact=False, target_bytes=target_bytes, progress=progress)
 
-    def compact(self, force: bool = True, now: int | None = None) -> RewriteReport:
+    def compact(
+        self,
+        force: bool = True,
+        now: int | None = None,
+        ignore_cleanup_policy: bool = False,
+        progress: Progress | None = None,
+    ) -> RewriteReport:
         """Key compaction (Kafka's log cleaner) below the LSO: keep the latest record per key.
 
         Tombstones (null values) go once ``delete.retention.ms`` has passed since a
         compaction first kept them. ``force=False`` skips partitions whose dirty ratio is
-        below ``min.cleanable.dirty.ratio``.
-        """
-        from txntable.maintenance.maintain import rewrite
+        below ``min.cleanable.dirty.ratio``. ``progress`` is told the input bytes read by
+        each pass (``"keys"``, then ``"rewrite"``).
 
-        return rewrite(self, compact=True, now=now, force=force)
+        Raises:
+            PolicyViolationError: The table's ``cleanup.policy`` does not include
+                ``compact`` (Kafka never key-compacts such a topic: its records with
+                repeated keys are all data) and ``ignore_cleanup_policy`` is not set.
+        """
+        from txntable.maintenance.maintain import MaintenanceConfig, rewrite
+
+        if not ignore_cleanup_policy and not MaintenanceConfig.of(self.snapshot()).compact:
+            raise PolicyViolationError(
+                f"table {self.name} has cleanup.policy without compact: key compaction would "
+                "delete every record but the latest of each key. Set cleanup.policy=compact "
+                "(or compact,delete), or pass ignore_cleanup_policy=True; optimize() merges "
+                "segments without dropping records"
+            )
+        return rewrite(self, compact=True, now=now, force=force, progress=progress)
 
     def apply_retention(self, now: int | None = None) -> RetentionReport:
         """Advance log start offsets per ``retention.ms`` / ``retention.bytes``."""
@@ -473,15 +672,16 @@ class Table:
 
         return expire_producers(self, now)
 
-    def checkpoint(self) -> CheckpointReport:
-        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``).
+    def checkpoint(self, progress: Progress | None = None) -> CheckpointReport:
+        """Write a checkpoint of the latest version now (Delta's ``CHECKPOINT``);
+        ``progress`` is told the entries written.
 
         Raises:
             StorageError: If the checkpoint or its hint could not be written.
         """
         from txntable.maintenance.maintain import checkpoint
 
-        return checkpoint(self)
+        return checkpoint(self, progress)
 
     def clean_log(self, now: int | None = None) -> LogCleanupReport:
         """Delete log versions and checkpoints older than the time-travel window."""
@@ -490,16 +690,21 @@ class Table:
         return clean_log(self, now)
 
     def maintain(
-        self, now: int | None = None, vacuum: bool = True, dry_run: bool = False
+        self,
+        now: int | None = None,
+        vacuum: bool = True,
+        dry_run: bool = False,
+        progress: Progress | None = None,
     ) -> MaintenanceReport:
         """Retention, producer expiry, compaction or merge, checkpoint, log cleanup and
-        vacuum, as the table's configuration says. See :mod:`txntable.maintenance.maintain`."""
+        vacuum, as the table's configuration says. See :mod:`txntable.maintenance.maintain`;
+        ``progress`` is told the steps done and the progress of each step."""
         from txntable.maintenance.maintain import maintain
 
-        return maintain(self, now, vacuum, dry_run)
+        return maintain(self, now, vacuum, dry_run, progress)
 
     def verify(
-        self, segments: bool = True, progress: Callable[[str, int, int], None] | None = None
+        self, segments: bool = True, progress: Progress | None = None
     ) -> VerifyReport:
         """Replay the whole log and check every invariant of the spec (see
         :mod:`txntable.maintenance.verify`).
@@ -525,13 +730,42 @@ class Table:
         snap = self.snapshot(refresh=False)
         assert snap.metadata is not None
         layout = layout_of(snap.metadata)
+        partitions = tuple(_describe_partition(p) for p in snap.partitions)
         return TableDescription(
             name=self.name,
             table_id=snap.metadata.tableId,
             version=snap.version,
-            partitions=tuple(_describe_partition(p) for p in snap.partitions),
+            partitions=self._with_start_times(partitions),
             schema=layout.schema if layout else None,
             key_columns=layout.key_columns if layout else (),
+        )
+
+    def _with_start_times(
+        self, partitions: tuple[PartitionDescription, ...]
+    ) -> tuple[PartitionDescription, ...]:
+        """Open transactions with their start time from the coordinator (one read per
+        transactional id): the record timestamps the log has are whatever producers set."""
+        from txntable.txn.coordinator import TransactionCoordinator
+
+        coordinator = TransactionCoordinator(self.store)
+        starts: dict[str, tuple[int, int] | None] = {}
+        for p in partitions:
+            for o in p.open_transactions:
+                tid = o.transactional_id
+                if tid is not None and tid not in starts:
+                    loaded = coordinator.load(tid)
+                    meta = loaded[0] if loaded else None
+                    starts[tid] = (meta.producer_id, meta.txn_start_timestamp) if meta else None
+
+        def timed(o: OpenTransaction) -> OpenTransaction:
+            found = starts.get(o.transactional_id or "")
+            if found is None or found[0] != o.producer_id or found[1] < 0:
+                return o
+            return replace(o, txn_start_timestamp=found[1])
+
+        return tuple(
+            replace(p, open_transactions=tuple(timed(o) for o in p.open_transactions))
+            for p in partitions
         )
 
     def __repr__(self) -> str:
@@ -551,7 +785,7 @@ def _describe_partition(p: PartitionState) -> PartitionDescription:
                 batch.minTimestamp if batch else 0,
             )
         )
-    batches = [e for e in p.entries if isinstance(e, Batch)]
+    files = {e.path: e.size for e in p.entries if isinstance(e, Batch | Segment) and e.path}
     return PartitionDescription(
         partition=p.partition,
         log_start_offset=p.log_start_offset,
@@ -564,6 +798,6 @@ def _describe_partition(p: PartitionState) -> PartitionDescription:
             )
             for pid, e in sorted(p.producers.items())
         ),
-        segments=len(batches),
-        segment_bytes=sum(b.size for b in batches),
+        segments=len(files),
+        segment_bytes=sum(files.values()),
     )

@@ -1,5 +1,6 @@
-"""Small helpers every layer shares: the wall clock (:func:`now_ms`) and retrying transient
-storage errors within a time limit (:func:`retry_transient`, the clients' one backoff loop).
+"""Small helpers every layer shares: the wall clock (:func:`now_ms`), retrying transient
+storage errors within a time limit (:func:`retry_transient`, the clients' one backoff loop)
+and the shape of a progress callback (:data:`Progress`).
 
 Only requests that are safe to repeat go through here: reads, idempotent appends (the log
 recognises a retried batch by its sequences), coordinator calls that resume their own
@@ -12,9 +13,12 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from txntable.errors import TransientStorageError
+from txntable.errors import KafkaTimeoutError, TransientStorageError
 
 T = TypeVar("T")
+#: What long operations report their progress to: ``(phase, done, total)``, in the phase's
+#: unit (``total`` 0: not known yet). Called from the operation's thread.
+Progress = Callable[[str, int, int], None]
 
 #: Errors worth retrying: a request whose outcome is unknown or that may succeed later.
 RETRIABLE: tuple[type[Exception], ...] = (TransientStorageError, OSError)
@@ -47,6 +51,39 @@ def retry_transient(
                 raise
             time.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+
+def within_timeout(
+    fn: Callable[[], T],
+    timeout_ms: int,
+    what: str,
+    limit: str = "request_timeout_ms",
+    give_up: Callable[[], bool] | None = None,
+) -> T:
+    """:func:`retry_transient`, and once ``timeout_ms`` is spent a timeout: Kafka's clients
+    retry a request within their timeout and then raise ``TimeoutException``.
+
+    Raises:
+        KafkaTimeoutError: Storage kept failing for ``timeout_ms``; names ``what``, the
+            option that set the limit (``limit``) and the last error (its ``__cause__``).
+    """
+    try:
+        return retry_transient(fn, timeout_ms, give_up)
+    except RETRIABLE as e:
+        raise KafkaTimeoutError(
+            f"{what} did not finish within {limit}={timeout_ms} ({e})"
+        ) from e
+
+
+def deadline_after(timeout_ms: int) -> float:
+    """The ``time.monotonic()`` at which ``timeout_ms`` from now will have passed."""
+    return time.monotonic() + timeout_ms / 1000
+
+
+def remaining_ms(deadline: float) -> int:
+    """Milliseconds left until ``deadline`` (``time.monotonic()``); 0 once it has passed
+    (one last attempt, no retry)."""
+    return max(0, int((deadline - time.monotonic()) * 1000))
 
 
 def now_ms() -> int:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from txntable import config
 from txntable.errors import (
+    CorruptLogError,
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     ObjectExistsError,
     TableExistsError,
+    TableInUseError,
     TableNotFoundError,
 )
 from txntable.groups.describe import (
@@ -23,6 +25,7 @@ from txntable.groups.describe import (
     list_groups,
 )
 from txntable.layout import (
+    LOG_DIR,
     group_root,
     validate_table_name,
     version_key,
@@ -44,10 +47,13 @@ from txntable.storage.base import Store
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TransactionListing
 from txntable.txn.recovery import RecoveryReport, StuckTransactionFinisher, recover
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.verify import VerifyReport
+
+#: Objects deleted per request when a table is dropped (S3's DeleteObjects takes 1000).
+_DELETE_CHUNK = 1000
 
 
 class Warehouse:
@@ -158,6 +164,9 @@ class Warehouse:
             SchemaMismatchError: ``schema`` has a type not allowed, a reserved, empty or
                 repeated name, or ``key`` names no key-able column.
             TableExistsError: If the table exists.
+            CorruptLogError: The table's log directory is not empty but has no version 0
+                (a table whose version 0 was deleted): creating over it would splice the old
+                versions onto the new table.
         """
         validate_table_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions <= 0:
@@ -175,6 +184,18 @@ class Warehouse:
             fields = schema_to_json(normalize_schema(schema, keys))
             version = (TYPED_PROTOCOL_VERSION, TYPED_PROTOCOL_VERSION)
         log = Log(self.store, name)
+        leftover = first_log_key(self.store, name)
+        if leftover is not None:
+            if self.store.exists(log.version_key(0)):
+                raise TableExistsError(f"table {name!r} already exists")
+            # Not TableExistsError: by the spec there is no table here (``table()`` says so),
+            # but a damaged one whose versions 1.. a new version 0 would adopt.
+            raise CorruptLogError(
+                f"cannot create table {name!r}: its log still holds {leftover} but no version "
+                "0 (version 0 was deleted); restore it from a backup, or delete "
+                f"{name}/ to start afresh",
+                log.version_key(0),
+            )
         actions: list[Action] = [
             Protocol(*version),
             Metadata(
@@ -217,6 +238,51 @@ class Warehouse:
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table
 
+    def drop_table(self, name: str, progress: Progress | None = None) -> int:
+        """Delete table ``name``: its log, its segments, everything stored under it (Kafka's
+        DeleteTopics; Delta's DROP TABLE of a managed table).
+
+        Version 0 goes first, so the table is gone at once for every new handle and for
+        :meth:`list_tables`; then every other object under the table's folder. A drop that
+        stopped part-way (a folder without version 0) is finished by calling it again.
+        Consumer groups keep their committed offsets for the table.
+
+        Args:
+            progress: Called with ``("delete", objects deleted, objects to delete)``.
+
+        Returns:
+            The number of objects deleted.
+
+        Raises:
+            TableNotFoundError: Nothing is stored under ``name``.
+            TableInUseError: A transaction is open on the table: finish it first
+                (``recover()`` or its timeout); nothing is deleted.
+        """
+        validate_table_name(name)
+        log = Log(self.store, name)
+        deleted = 0
+        if log.exists():
+            snap = Table(self.store, name, log).snapshot()
+            opened = sorted({t for p in snap.partitions for t in p.open_transaction_ids()})
+            if any(p.ongoing for p in snap.partitions):
+                raise TableInUseError(
+                    f"table {name!r} has open transactions ({', '.join(opened) or 'no ids'}): "
+                    "they must end (recover(), or their timeout) before it is dropped"
+                )
+            self.store.delete(log.version_key(0))
+            deleted = 1
+        keys = list(self.store.list(f"{name}/"))
+        if not keys and not deleted:
+            self.store.check_root()  # a missing bucket is reported as such
+            raise TableNotFoundError(f"no table {name!r} in {self.url}")
+        for start in range(0, len(keys), _DELETE_CHUNK):
+            chunk = keys[start : start + _DELETE_CHUNK]
+            self.store.delete_many(chunk)
+            if progress is not None:
+                progress("delete", start + len(chunk), len(keys))
+        self.store.prune(f"{name}/")
+        return deleted + len(keys)
+
     def list_tables(self) -> list[str]:
         """Names of the warehouse's tables."""
         # One delimited listing of the root, then one HEAD per candidate: never a listing of
@@ -226,6 +292,40 @@ class Warehouse:
             for name in self.store.list_children("")
             if not name.startswith("_") and self.store.exists(version_key(name, 0))
         ]
+
+    def orphaned_logs(self) -> list[str]:
+        """Names whose log directory holds objects but no version 0: tables whose version 0
+        was deleted, which :meth:`list_tables` does not list (:meth:`verify_table` reports
+        them). One delimited listing of the root, one HEAD per name, and one listing of the
+        log directory of each name without version 0."""
+        return [
+            name
+            for name in self.store.list_children("")
+            if not name.startswith("_")
+            and not self.store.exists(version_key(name, 0))
+            and first_log_key(self.store, name) is not None
+        ]
+
+    def verify_table(
+        self,
+        name: str,
+        segments: bool = True,
+        progress: Progress | None = None,
+    ) -> VerifyReport:
+        """Check table ``name``'s log (see :meth:`Table.verify`), also when its version 0 is
+        gone (a damaged table :meth:`table` refuses to open).
+
+        Raises:
+            TableNotFoundError: If its log directory is empty.
+        """
+        from txntable.maintenance.verify import verify_log
+
+        validate_table_name(name)
+        log = Log(self.store, name)
+        if first_log_key(self.store, name) is None:
+            self.store.check_root()
+            raise TableNotFoundError(f"no table {name!r} in {self.url}")
+        return verify_log(log, name, segments=segments, progress=progress)
 
     def recover(
         self, now: int | None = None, timeout_ms: int = config.RECOVERY_TIMEOUT_MS_DEFAULT
@@ -249,9 +349,7 @@ class Warehouse:
         """A group's committed and pending offsets with lag; ``None`` if it has none."""
         return describe_group(self.store, group_id)
 
-    def verify_group(
-        self, group_id: str, progress: Callable[[str, int, int], None] | None = None
-    ) -> VerifyReport:
+    def verify_group(self, group_id: str, progress: Progress | None = None) -> VerifyReport:
         """Check a consumer group's offset log like a table's (see :meth:`Table.verify`).
 
         Raises:
@@ -264,6 +362,12 @@ class Warehouse:
 
     def __repr__(self) -> str:
         return f"Warehouse({self.url!r})"
+
+
+def first_log_key(store: Store, root: str) -> str | None:
+    """Some object of ``root``'s log directory (``None`` when it is empty): one listing,
+    stopped at its first key."""
+    return next(iter(store.list(f"{root}/{LOG_DIR}/")), None)
 
 
 def require_warehouse(warehouse: object) -> Warehouse:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from cliutil import invoke, ok
 
 from txntable import (
     OffsetAndMetadata,
@@ -17,7 +17,6 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.cli.main import cli
 from txntable.structs import ConsumerGroupMetadata
 
 
@@ -35,16 +34,6 @@ def left_open() -> Iterator[list[Producer]]:
     yield producers
     for p in producers:
         p.close(timeout=10)
-
-
-def invoke(*args: str, stdin: bytes | str | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), input=stdin, catch_exceptions=False)
-
-
-def ok(*args: str, stdin: bytes | str | None = None) -> str:
-    result = invoke(*args, stdin=stdin)
-    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr)
-    return result.stdout
 
 
 def records(url: str, *args: str) -> list[dict[str, object]]:
@@ -201,11 +190,15 @@ def test_consume_ranges(history: str) -> None:
     assert "expected earliest, latest or an offset, got 'soon'" in bad.stderr
 
 
+def group_values(url: str, *args: str) -> list[str]:
+    return ok("consume", url, "t", "-g", "g", "--format", "value", *args).splitlines()
+
+
 def test_consume_in_a_group_resumes_where_it_stopped(history: str) -> None:
-    assert values(history, "-g", "g", "-n", "2") == ["a", "b"]
-    assert values(history, "-g", "g", "--no-commit") == ["c", "d", "e"]
-    assert values(history, "-g", "g") == ["c", "d", "e"]
-    assert values(history, "-g", "g") == []
+    assert group_values(history, "-n", "2") == ["a", "b"]
+    assert group_values(history, "--no-commit") == ["c", "d", "e"]
+    assert group_values(history) == ["c", "d", "e"]
+    assert group_values(history) == []
     groups = json.loads(ok("groups", history, "--json"))
     (p0,) = [o for o in groups[0]["offsets"] if o["partition"] == 0]
     # Committed at the LSO: past the aborted batch and its marker; the open txn is lag.
@@ -223,6 +216,19 @@ def test_follow_stops_after_the_idle_timeout(history: str) -> None:
 
 
 # --- inspection -------------------------------------------------------------------------------
+
+
+def test_describe_ages_an_open_transaction_by_its_coordinator(
+    lake: str, left_open: list[Producer]
+) -> None:
+    p = Producer(Warehouse(lake), transactional_id="stamps", linger_ms=0)
+    left_open.append(p)
+    p.init_transactions()
+    p.begin_transaction()
+    p.send("t", value=b"v", partition=0, timestamp=5).result(timeout=10)  # a 1970 stamp
+    (row,) = [line for line in ok("describe", lake, "t").splitlines() if "stamps" in line]
+    age = row.split()[-1]
+    assert age.endswith("ms") or (age.endswith("s") and age[:-1].isdigit()), row
 
 
 def test_groups_show_a_pending_transactional_commit(
@@ -328,6 +334,21 @@ def test_verify_skips_segments_on_request_and_reports_a_damaged_version(lake: st
     assert t["segments_checked"] == 0
     assert [(e["rule"], e["version"]) for e in t["errors"]] == [("log.corrupt-version", 1)]
     assert "truncated" in t["errors"][0]["message"]
+
+
+def test_verify_of_the_warehouse_reports_a_log_without_version_0(lake: str) -> None:
+    # Issue 19.1: "0 logs verified: no violation" for a table whose version 0 was deleted.
+    ok("produce", lake, "t", "-p", "0", stdin="x\ny\n")
+    (Path(lake) / "t/_log/00000000000000000000.json").unlink()
+    assert ok("tables", lake) == ""
+    result = invoke("verify", lake, "--json")
+    assert result.exit_code == 3
+    (t,) = json.loads(result.stdout)["tables"]
+    assert t["name"] == "t"
+    assert [(e["rule"], e["version"]) for e in t["errors"]][0] == ("log.missing-version", 0)
+    refused = invoke("create", lake, "t")
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("txntable: CorruptLogError: cannot create table 't'")
 
 
 def test_global_options_before_the_command(lake: str) -> None:

@@ -89,7 +89,8 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     )
     assert [p.high_watermark for p in wh.table("orders").describe().partitions] == [4, 2]
 
-    # consume in a group (commits its position), then the group's offsets and lag
+    # consume in a group (joins it: generation 1; commits its position; leaves: generation
+    # 2), then the group's offsets and lag
     proc = run_cli("consume", url, "orders", "--json", "--group", "g1")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.decode().splitlines()]
@@ -112,19 +113,19 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     described_group = wh.describe_group("g1")
     assert described_group is not None
     commit_ts = described_group.offsets[0].commit_timestamp
-    position = {"metadata": "", "generation": -1, "commit_timestamp": commit_ts,
+    position = {"metadata": "", "generation": 1, "commit_timestamp": commit_ts,
                 "pending_producer_id": None, "log_start_offset": 0, "lag": 0}
     assert ok_json("groups", url, "--json") == [
         {
             "group_id": "g1",
-            "version": 1,
+            "version": 2,  # the fence of generation 1, then the commit
             "offsets": [
                 {"table": "orders", "partition": 0, "offset": 4, **position,
                  "high_watermark": 4, "last_stable_offset": 4},
                 {"table": "orders", "partition": 1, "offset": 2, **position,
                  "high_watermark": 2, "last_stable_offset": 2},
             ],
-            "generation": 0,
+            "generation": 2,
             "assignor": None,
             "members": [],
         }
@@ -136,7 +137,9 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     stuck.begin_transaction()
     stuck.send("orders", value=b"late", partition=1).result()
     stuck_pid = stuck.producer_id
-    start = wh.table("orders").describe().partitions[1].open_transactions[0].start_timestamp
+    (opened,) = wh.table("orders").describe().partitions[1].open_transactions
+    start, began = opened.start_timestamp, opened.txn_start_timestamp
+    assert began == TransactionCoordinator(wh.store).load("stuck")[0].txn_start_timestamp  # type: ignore[index]
     d = ok_json("describe", url, "orders", "--json")
     etl_pid = TransactionCoordinator(wh.store).load("etl")[0].producer_id  # type: ignore[index]
     # Record timestamps and segment sizes are the writer's; everything else is exact.
@@ -171,7 +174,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 "last_stable_offset": 2,
                 "open_transactions": [
                     {"producer_id": stuck_pid, "first_offset": 2, "transactional_id": "stuck",
-                     "start_timestamp": start}
+                     "start_timestamp": start, "txn_start_timestamp": began}
                 ],
                 "producers": [
                     {"producer_id": etl_pid, "producer_epoch": 0, "last_sequence": 0,
@@ -183,6 +186,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
                 "segment_bytes": p1["segment_bytes"],
             },
         ],
+        "configuration": {},
     }
     assert idem_pid != etl_pid != stuck_pid
     assert p0["segment_bytes"] > 0 and p1["segment_bytes"] > 0
@@ -211,7 +215,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     # checkpoint, vacuum --dry-run, verify
     assert ok_json("checkpoint", url, "orders", "--json") == {"table": "orders", "version": 4}
     assert (tmp_path / "lake/orders/_log/00000000000000000004.checkpoint.json").exists()
-    old = f"orders/data/0/{now_ms() - 3 * 3_600_000:013d}-{uuid.uuid4().hex}.parquet"
+    old = f"orders/data/partition=0/{now_ms() - 3 * 3_600_000:013d}-{uuid.uuid4().hex}.parquet"
     (tmp_path / "lake" / old).write_bytes(b"left by a crashed writer")
     assert ok_json("vacuum", url, "orders", "--dry-run", "--retention-hours", "2", "--json") == {
         "deleted": [old],
@@ -226,7 +230,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
             {"name": "orders", "version": 4, "start_version": 0, "versions_checked": 5,
              "checkpoints_checked": 1, "segments_checked": 4, "ok": True, "errors": [],
              "warnings": []},
-            {"name": "_groups/g1", "version": 1, "start_version": 0, "versions_checked": 2,
+            {"name": "_groups/g1", "version": 2, "start_version": 0, "versions_checked": 3,
              "checkpoints_checked": 0, "segments_checked": 0, "ok": True, "errors": [],
              "warnings": []},
         ],
@@ -346,7 +350,7 @@ def test_colour_only_on_a_terminal(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txntable.cli.main", "describe", url, "t"],
+        [sys.executable, "-m", "txntable.cli", "describe", url, "t"],
         stdout=replica, stderr=replica, env=env,
     )
     os.close(replica)

@@ -43,6 +43,10 @@ def test_maintenance_commands(tmp_path: Path) -> None:
     assert report["records_kept"] == 2 and report["records_dropped"] == 4
     proc = run_cli("compact", url, "c")
     assert proc.returncode == 0 and b"Compacted c:" in proc.stdout
+    refused = run_cli("compact", url, "m")  # cleanup.policy=delete: records would go
+    assert refused.returncode == 1 and b"PolicyViolationError" in refused.stderr
+    forced = ok_json("compact", url, "m", "--ignore-cleanup-policy", "--json")
+    assert forced["records_kept"] == 2 and forced["records_dropped"] == 4
 
     wh.create_table("r", partitions=1, configuration={"retention.ms": "3600000"})
     _fill(wh, "r", keys=1, batches=2, timestamp=1_000)  # far older than an hour

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from txntable import Producer, Warehouse
-from txntable.cli.main import cli
+from txntable.cli import cli
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
 from txntable.util import now_ms
 

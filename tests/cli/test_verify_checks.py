@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -32,6 +33,7 @@ from txntable.maintenance.verify import (
     Violation,
     check_segment,
     compare_snapshots,
+    transaction_over,
 )
 from txntable.protocol.actions import (
     AbortedTxn,
@@ -49,6 +51,7 @@ from txntable.protocol.records import encode_segment
 from txntable.protocol.snapshot import checkpoint_actions, load_checkpoint
 from txntable.storage import MemoryStore
 from txntable.structs import ProducerRecord
+from txntable.txn.coordinator import TxnMetadata, TxnState
 from txntable.util import now_ms
 
 T = "t"
@@ -439,7 +442,10 @@ def test_histories_written_by_the_library_verify_clean(ops: list[tuple[Any, ...]
         idempotent.close()
         report = wh.table(T).verify()
         assert report.errors == []
-        assert {w.rule for w in report.warnings} <= {"lso.below-log-start"}
+        # A fenced producer's refused append leaves its segment unreferenced, newer than
+        # the tip: segment.after-tip says so (a warning: it cannot tell that from a deleted
+        # newest version).
+        assert {w.rule for w in report.warnings} <= {"lso.below-log-start", "segment.after-tip"}
         if "g" in wh.list_groups():
             assert wh.verify_group("g").errors == []
     finally:
@@ -447,3 +453,56 @@ def test_histories_written_by_the_library_verify_clean(ops: list[tuple[Any, ...]
             with contextlib.suppress(TxnTableError):  # fenced instances may refuse to abort
                 p.close(timeout=10)
         MemoryStore.drop(url.removeprefix("memory://"))
+
+
+# --- a deleted newest version (issue 19.12) -----------------------------------------------------
+
+
+def test_a_deleted_newest_version_is_flagged_where_it_can_be() -> None:
+    url = f"memory://verify-{uuid.uuid4().hex}"
+    wh = Warehouse(url)
+    try:
+        wh.create_table(T, partitions=2)
+        with Producer(wh, transactional_id="tx") as p:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send(T, value=b"v", partition=1)
+            p.flush()  # version 1: the data, open
+            p.commit_transaction()  # version 2: the COMMIT marker; the object CompleteCommit
+        log = wh.table(T).log
+        assert wh.table(T).verify().ok
+        wh.store.delete(log.version_key(2))
+        report = wh.table(T).verify()
+        assert [(v.rule, v.version, v.partition, v.offset) for v in report.errors] == [
+            ("txn.marker-missing", 1, 1, 0)
+        ]
+        assert "CompleteCommit" in report.errors[0].message
+        # An append whose version was deleted leaves a segment newer than the tip.
+        time.sleep(0.01)  # segment names carry ms: one strictly after the tip's commit
+        with Producer(wh) as idem:
+            idem.send(T, value=b"i", partition=0).get(timeout=10)
+        assert [w.rule for w in wh.table(T).verify().warnings] == []
+        wh.store.delete(log.version_key(2))
+        found = wh.table(T).verify()
+        assert [(w.rule, w.version) for w in found.warnings] == [("segment.after-tip", 1)]
+        assert [e.rule for e in found.errors] == ["txn.marker-missing"]
+    finally:
+        MemoryStore.drop(url.removeprefix("memory://"))
+
+
+def test_which_coordinator_states_prove_a_transaction_complete() -> None:
+    def meta(state: TxnState, pid: int, epoch: int, last: tuple[int, int] = (-1, -1)) -> Any:
+        return TxnMetadata("tx", pid, epoch, state, 60_000, last_producer_id=last[0],
+                           last_producer_epoch=last[1])
+
+    # The transaction of producer 7 at epoch 3.
+    assert not transaction_over(meta(TxnState.ONGOING, 7, 3), 7, 3)
+    assert not transaction_over(meta(TxnState.PREPARE_COMMIT, 7, 3), 7, 3)
+    assert transaction_over(meta(TxnState.COMPLETE_COMMIT, 7, 4, (7, 3)), 7, 3)
+    assert transaction_over(meta(TxnState.ONGOING, 7, 4), 7, 3)  # the next one runs
+    # A fencing abort of epoch 3 runs at 4 and may still be writing its markers.
+    assert not transaction_over(meta(TxnState.PREPARE_ABORT, 7, 4), 7, 3)
+    assert transaction_over(meta(TxnState.COMPLETE_ABORT, 7, 5, (7, 4)), 7, 3)
+    # Rotated to a new id when completing: the old id's markers are written.
+    assert transaction_over(meta(TxnState.COMPLETE_COMMIT, 8, 0, (7, 32766)), 7, 32766)
+    assert not transaction_over(meta(TxnState.ONGOING, 8, 0), 7, 3)  # proves nothing

@@ -13,7 +13,7 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.cli.main import cli
+from txntable.cli import cli
 
 
 def test_groups_shows_members_assignment_and_lag(tmp_path: Path) -> None:

@@ -19,7 +19,12 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.errors import CommitFailedError, IllegalGenerationError, IllegalStateError
+from txntable.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    IllegalStateError,
+)
 from txntable.groups.member import load_group
 from txntable.groups.subscription import ConsumerRebalanceListener
 from txntable.storage import MemoryStore
@@ -205,6 +210,36 @@ def test_static_member_restart_keeps_its_partitions(wh: Warehouse) -> None:
     b.close()
 
 
+def test_a_duplicate_group_instance_id_fences_the_older_process(wh: Warehouse) -> None:
+    # Kafka: the older process gets a fatal FencedInstanceIdError; it never re-joins (which
+    # would fence the newer one in turn, rebalancing forever with both reading).
+    kw = dict(partition_assignment_strategy="range", session_timeout_ms=60_000)
+    lost = Recorder()
+    old = _consumer(wh, group_instance_id="host-a", **kw)
+    old.subscribe([T], listener=lost)
+    _settle([old], wh)
+    new = _consumer(wh, group_instance_id="host-a", **kw)
+    new.subscribe([T])
+    _settle([new], wh)
+    generation = load_group(wh.store, "g")[0].generation
+
+    with pytest.raises(FencedInstanceIdError):
+        for _ in range(40):  # the fence is seen at the next heartbeat or poll
+            old.poll(10)
+    with pytest.raises(FencedInstanceIdError):
+        old.poll(0)  # fatal: every later call raises too
+    with pytest.raises(FencedInstanceIdError):
+        old.commit({TopicPartition(T, 0): OffsetAndMetadata(1)})
+    assert old.assignment() == set() and lost.events[-1] == ("lost", ALL)
+    for _ in range(20):
+        new.poll(10)
+    state, _ = load_group(wh.store, "g")
+    assert state.generation == generation and new.assignment() == ALL
+    assert [m.group_instance_id for m in state.members.values()] == ["host-a"]
+    old.close()
+    new.close()
+
+
 def test_pause_resume_and_api_misuse(wh: Warehouse) -> None:
     c = _consumer(wh)
     c.subscribe([T])
@@ -243,6 +278,26 @@ def test_pattern_subscription_picks_up_new_tables(wh: Warehouse) -> None:
             break
     assert c.assignment() == ALL | {TopicPartition("ordersx", p) for p in range(2)}
     assert c.subscription() == {T, "ordersx"}
+    c.close()
+
+
+def test_a_subscribed_table_created_later_is_picked_up(wh: Warehouse) -> None:
+    # Kafka refreshes metadata: subscribe(["t"]) before t exists receives t once created.
+    c = _consumer(wh, heartbeat_interval_ms=50)
+    c.subscribe(["later"])
+    c.poll(10)
+    assert c.assignment() == set()
+    wh.create_table("later", partitions=2)
+    with Producer(wh) as p:
+        p.send("later", value=b"x", partition=1)
+    got = []
+    for _ in range(100):
+        for records in c.poll(20).values():
+            got.extend((r.partition, r.offset, r.value) for r in records)
+        if got:
+            break
+    assert got == [(1, 0, b"x")]
+    assert c.assignment() == {TopicPartition("later", 0), TopicPartition("later", 1)}
     c.close()
 
 
@@ -319,3 +374,43 @@ def test_a_member_that_lost_a_rebalance_cannot_commit_offsets_in_a_transaction(
     assert wh.table("out").scan(isolation_level="read_committed").to_arrow().num_rows == 0
     a.close()
     b.close()
+
+
+def test_a_rebalance_elsewhere_does_not_fail_a_members_transaction(wh: Warehouse) -> None:
+    # b keeps its partitions while c joins a and splits theirs (generations move, c fences
+    # its own): b's next transaction commits its offsets without waiting for a heartbeat.
+    wh.create_table("other", partitions=2)
+    mine = {TopicPartition("other", p) for p in range(2)}
+    a = _consumer(wh)
+    b = _consumer(wh, session_timeout_ms=120_000, heartbeat_interval_ms=60_000,
+                  enable_auto_commit=False)  # fmt: skip
+    a.subscribe([T])
+    b.subscribe(["other"])
+    for _ in range(100):  # members see new generations at their heartbeats (50 ms)
+        a.poll(10)
+        b.poll(10)
+        if a.assignment() == ALL and b.assignment() == mine:
+            break
+    assert a.assignment() == ALL and b.assignment() == mine
+    stale = b.group_metadata()
+    c = _consumer(wh)
+    c.subscribe([T])
+    for _ in range(100):
+        a.poll(10)
+        c.poll(10)
+        if len(c.assignment()) == 3:
+            break
+    assert len(c.assignment()) == 3  # c was given a's released partitions and fenced
+    assert load_group(wh.store, "g")[0].generation > stale.generation_id
+    p = Producer(wh, transactional_id="b-txn")
+    p.init_transactions()
+    p.begin_transaction()
+    offsets = {TopicPartition("other", 0): OffsetAndMetadata(0)}
+    p.send_offsets_to_transaction(offsets, b.group_metadata())
+    p.commit_transaction()
+    assert b.committed(TopicPartition("other", 0)) == OffsetAndMetadata(0)
+    b.poll(0)  # the next poll applies the generation it learnt, revoking nothing
+    assert b.assignment() == mine
+    p.close()
+    for consumer in (a, b, c):
+        consumer.close()

@@ -464,8 +464,10 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
         if v in rc or v.startswith("ctp|"):  # CTP outputs: checked by check_ctp
             continue
         owner = h.txns.get(v.rsplit("/", 1)[0])
-        if owner is None or owner.outcome == "commit" or any(
-            x in visible for x, _, _ in owner.sends
+        if (
+            owner is None
+            or owner.outcome == "commit"
+            or any(x in visible for x, _, _ in owner.sends)
         ):
             r.add("rc_not_ru_minus_aborted", f"{v} at {sorted(ps)} read_uncommitted only")
     for v, ps in rc.items():
@@ -533,9 +535,7 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 3) if whole else 0.0
 
 
-def check_live_consumers(
-    r: Report, h: History, final: Final, visible: dict[str, set[Pos]]
-) -> None:
+def check_live_consumers(r: Report, h: History, final: Final, visible: dict[str, set[Pos]]) -> None:
     """What each live read_committed consumer returned, against the final tables.
 
     Offsets increase per partition; every record returned is committed at that offset in

@@ -99,6 +99,8 @@ class HarnessConfig:
     #: not by time, so a slow machine still checks enough history) ...
     min_commits: int = 0
     require_faults: tuple[str, ...] = ()
+    #: ... and this many transactions ended in all (any outcome) ...
+    min_transactions: int = 0
     #: ... but never longer than this.
     max_duration_s: float = 600.0
 
@@ -332,7 +334,11 @@ class Driver:
     def enough_work(self) -> bool:
         """Whether the journals so far hold ``min_commits`` commits and an abort, progress of
         every worker kind and every fault kind of ``require_faults``."""
-        if self.cfg.min_commits <= 0 and not self.cfg.require_faults:
+        if (
+            self.cfg.min_commits <= 0
+            and self.cfg.min_transactions <= 0
+            and not self.cfg.require_faults
+        ):
             return True
         return not self.missing_work()
 
@@ -344,6 +350,10 @@ class Driver:
             outcomes["commit"] < self.cfg.min_commits
         )
         missing += ["abort"] * (outcomes["abort"] < 1)
+        ended = sum(1 for t in h.txns.values() if t.ended)
+        missing += [f"transactions {ended}/{self.cfg.min_transactions}"] * (
+            ended < self.cfg.min_transactions
+        )
         missing += [f"progress of {r}" for r in sorted(h.roles) if not h.progress[r]]
         missing += [f for f in self.cfg.require_faults if not faults[f]]
         return missing

@@ -281,6 +281,7 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
                     group_id=CTP_GROUP,
                     auto_offset_reset="earliest",
                     unstable_offset_timeout_ms=20_000,
+                    enable_auto_commit=False,  # offsets commit with the transactions
                 )
                 c.assign(tps)
                 for tp in tps:
@@ -382,8 +383,10 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
             if seen:
                 # Per partition read: the position after it (the checker requires every
                 # committed record below it) and the LSO the read was bounded by.
-                parts = [[t, p, c.position(TopicPartition(t, p)), read_lso(c, t, p)]
-                         for t, p in sorted({(t, p) for t, p, _, _ in seen})]
+                parts = [
+                    [t, p, c.position(TopicPartition(t, p)), read_lso(c, t, p)]
+                    for t, p in sorted({(t, p) for t, p, _, _ in seen})
+                ]
                 j.log(e="seen", arrow=arrow, recs=seen, parts=parts)
             else:
                 time.sleep(0.1)
@@ -447,7 +450,7 @@ def maint_worker(cfg: dict[str, Any], j: Journal) -> None:
                 j.log(e="maint", what=what, t=table, segments=r.segments_written)
             elif what == "compact":
                 # Every key is unique: compaction must keep every committed record.
-                r = t.compact()
+                r = t.compact(ignore_cleanup_policy=True)
                 j.log(e="maint", what=what, t=table, segments=r.segments_written)
             elif what == "delete":
                 table = DELETE_TABLE

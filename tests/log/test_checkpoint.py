@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 
 import pytest
+from maintutil import comparable
 from tableutil import (
     RecordingStore,
     batch,
@@ -18,6 +20,7 @@ from tableutil import (
 )
 
 from txntable import Consumer, TopicPartition, Warehouse
+from txntable.log.log import Log
 from txntable.protocol.actions import (
     Action,
     AppTxn,
@@ -269,3 +272,27 @@ def test_checkpoint_spacing_keeps_amortised_cost_bounded() -> None:
         spacing = next(v for v in range(1, 10**7) if checkpoint_due(v, 100, entries))
         assert entries / spacing <= CHECKPOINT_ENTRIES_PER_VERSION
         assert spacing <= max(100, 2 * entries / CHECKPOINT_ENTRIES_PER_VERSION)
+
+
+def test_a_v1_reader_skips_the_v2_checkpoint_of_a_protocol_1_table(
+    wh: Warehouse, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 21.12: tables still at protocol 1 get v2-format checkpoints (partitionStart,
+    # producerState). A v1 reader does not know those actions: the checkpoint is damaged
+    # to it, so it skips it and replays the log, which is whole (cleanup needs protocol 2).
+    import txntable.protocol.actions as actions
+
+    table = wh.create_table("t", configuration={"checkpoint.interval": "2"})
+    for i in range(5):
+        write_batch(table, 0, [f"r{i}".encode()])
+    assert wh.store.exists(table.log.checkpoint_key(4))
+    expected = comparable(Log(wh.store, "t").load())
+    v2_only = {"partitionStart", "producerState", "segment", "expireProducer"}
+    monkeypatch.setattr(
+        actions, "ACTION_TYPES", {k: v for k, v in actions.ACTION_TYPES.items() if k not in v2_only}
+    )
+    monkeypatch.setattr(actions, "READER_VERSION", 1)
+    with caplog.at_level(logging.WARNING, logger="txntable.log.log"):
+        loaded = Log(wh.store, "t").load()
+    assert comparable(loaded) == expected
+    assert any("skipping damaged checkpoint" in r.message for r in caplog.records)

@@ -34,11 +34,11 @@ def produce(url: str, worker: int, barrier: Any, results: Any) -> None:
         producer.flush()
         acked = [(v, f.result(timeout=60)) for v, f in futures]
         table = producer._table("t")
+        producer.close()  # a committer serves the other processes until it is closed
         # Versions this process wrote (its appends, or group-commit rounds), and the races
         # it lost (a lost race, or an append handed to another writer's round).
         followed = table.group_commit.stats["followed"] if table.group_commit else 0
         stats = (table.log.stats.commits, table.log.stats.conflicts + followed)
-        producer.close()
         results.put((worker, [(v, md.partition, md.offset) for v, md in acked], stats, None))
     except BaseException as e:  # reported to the parent, which fails the test with it
         results.put((worker, [], (0, 0), repr(e)))

@@ -10,15 +10,23 @@ from maintutil import Op, comparable, open_transaction, read, read_keys, run_his
 from tableutil import log_versions
 
 from txntable import Producer, Warehouse
-from txntable.errors import CorruptLogError, UnsupportedProtocolError, VersionNotAvailableError
+from txntable.errors import (
+    CorruptLogError,
+    PolicyViolationError,
+    UnsupportedProtocolError,
+    VersionNotAvailableError,
+)
 from txntable.log.log import Log
 from txntable.maintenance.merge import plan_commit, plan_groups
 from txntable.protocol.actions import ExpireProducer, Protocol, Segment
 from txntable.protocol.records import MERGED_SEGMENT_SCHEMA
 from txntable.protocol.snapshot import replay
 from txntable.read.reader import read_segment
+from txntable.storage import ClockAheadStore
 
 DAY = 24 * 3600 * 1000
+#: How far the store's clock is moved for log cleanup to find versions old (a year).
+LATER = 365 * DAY
 
 HISTORY = [
     Op("idem", ((0, 3), (1, 2))),
@@ -147,6 +155,30 @@ def test_compaction_keeps_the_latest_value_per_key(wh: Warehouse) -> None:
     assert report.version is not None
     after = read_keys(wh, "t")[0]
     assert sorted(after) == sorted((o, k, v) for k, (o, v) in latest.items())
+
+
+@pytest.mark.parametrize("policy", [None, "delete"])
+def test_compaction_of_a_delete_policy_table_is_refused(wh: Warehouse, policy: str | None) -> None:
+    # Kafka never key-compacts a delete-policy topic: its repeated keys are all data.
+    configuration = {} if policy is None else {"cleanup.policy": policy}
+    wh.create_table("t", partitions=1, configuration=configuration)
+    run_history(wh, "t", [Op("idem", ((0, 4),)), Op("commit", ((0, 4),))], keys=2)
+    before = read_keys(wh, "t")[0]
+    version = wh.table("t").snapshot().version
+
+    with pytest.raises(PolicyViolationError, match="cleanup.policy"):
+        wh.table("t").compact()
+
+    assert wh.table("t").snapshot().version == version
+    assert read_keys(wh, "t")[0] == before and len(before) == 8
+    report = wh.table("t").compact(ignore_cleanup_policy=True)  # the explicit override
+    assert report.records_kept == 2 and report.records_dropped == 6
+
+
+def test_compaction_runs_under_compact_and_delete(wh: Warehouse) -> None:
+    wh.create_table("t", partitions=1, configuration={"cleanup.policy": "compact,delete"})
+    run_history(wh, "t", [Op("idem", ((0, 4),))], keys=2)
+    assert wh.table("t").compact().records_dropped == 2
 
 
 def test_compaction_never_touches_records_above_the_lso(wh: Warehouse) -> None:
@@ -298,7 +330,10 @@ def test_log_cleanup_keeps_time_travel_to_the_window(wh: Warehouse) -> None:
     # Every version is inside the (7-day) window: nothing goes.
     assert table.clean_log().versions_deleted == 0
     assert table.snapshot_at(1).version == 1
-    report = table.clean_log(now=10**15)
+    # A clock far ahead is not enough: the store dates the versions a moment ago.
+    young = table.clean_log(now=10**15)
+    assert (young.versions_deleted, young.too_young) == (0, [cp_version])
+    report = Warehouse(store=ClockAheadStore(wh.store, LATER)).table("t").clean_log(now=10**15)
     assert report.earliest_version == cp_version
     assert report.versions_deleted == cp_version - 1
     assert wh.store.exists(table.log.version_key(0))
@@ -319,7 +354,7 @@ def test_an_old_reader_refuses_a_maintained_table(
     run_history(wh, "t", [Op("idem", ((0, 1),))] * 3)
     table = wh.table("t")
     table.optimize()
-    table.clean_log(now=10**15)
+    Warehouse(store=ClockAheadStore(wh.store, LATER)).table("t").clean_log(now=10**15)
     monkeypatch.setattr(actions, "READER_VERSION", 1)
     with pytest.raises(UnsupportedProtocolError):
         Log(wh.store, "t").load()
@@ -416,7 +451,7 @@ def test_a_maintained_table_verifies_clean(wh: Warehouse) -> None:
     report = table.verify()
     assert report.ok, report.errors
     assert report.checkpoints_checked >= 2
-    table.clean_log(now=10**15)
+    Warehouse(store=ClockAheadStore(wh.store, LATER)).table("t").clean_log(now=10**15)
     truncated = wh.table("t").verify()
     assert truncated.ok, truncated.errors
     assert truncated.start_version > 0

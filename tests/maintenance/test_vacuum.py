@@ -17,6 +17,7 @@ from txntable.maintenance.vacuum import (
     vacuum,
 )
 from txntable.protocol.actions import Batch
+from txntable.storage import ClockAheadStore
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
 from txntable.util import now_ms
 
@@ -52,12 +53,32 @@ def test_vacuum_deletes_only_old_unreferenced_files(tmp_path: pathlib.Path) -> N
     assert dry.deleted == [orphan] and dry.undated == [undated]
     assert wh.store.exists(orphan)
 
-    # Even far in the future, a committed segment is never deleted.
-    report = vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    # Vacuum refuses a clock far ahead of the store's: the young file is still in flight.
+    with pytest.raises(InvalidConfigurationError, match="ahead of the store's"):
+        vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    assert wh.store.exists(young)
+    # A dry run may look ahead; and once the store's clock is there too, the young file is
+    # old. Even then a committed segment is never deleted.
+    ahead = vacuum(table, retention_ms=2 * HOUR, dry_run=True, now=now_ms() + 1000 * HOUR)
+    assert sorted(ahead.deleted) == sorted([orphan, young])
+    later = Warehouse(store=ClockAheadStore(wh.store, 1000 * HOUR)).table("t")
+    report = vacuum(later, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
     assert sorted(report.deleted) == sorted([orphan, young])
     assert not wh.store.exists(orphan) and not wh.store.exists(young)
     assert wh.store.exists(committed) and wh.store.exists(undated)
-    assert table.vacuum(retention_ms=2 * HOUR).deleted == []
+    assert table.vacuum(retention_ms=2 * HOUR, dry_run=False).deleted == []
+
+
+def test_table_vacuum_is_a_dry_run_unless_told(tmp_path: pathlib.Path) -> None:
+    # As delta-rs's DeltaTable.vacuum(dry_run=True): listing is the default, deleting asked.
+    wh = Warehouse(tmp_path.as_uri())
+    table = wh.create_table("t", partitions=1)
+    orphan = f"t/data/0/{now_ms() - 10 * HOUR:013d}-{'b' * 32}.parquet"
+    wh.store.put_data_file(orphan, b"not committed")
+    assert table.vacuum(retention_ms=2 * HOUR).deleted == [orphan]
+    assert wh.store.exists(orphan)
+    assert table.vacuum(retention_ms=2 * HOUR, dry_run=False).deleted == [orphan]
+    assert not wh.store.exists(orphan)
 
 
 def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
@@ -73,7 +94,7 @@ def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
     monkeypatch.setattr(
         TransactionCoordinator,
         "complete",
-        lambda self, meta, etag, results=None: (_ for _ in ()).throw(
+        lambda self, meta, etag, results=None, deadline=None: (_ for _ in ()).throw(
             SystemExit("crash after PrepareCommit")
         ),
     )
@@ -83,7 +104,8 @@ def test_vacuum_keeps_segments_a_prepared_transaction_will_commit(
     meta, _ = TransactionCoordinator(wh.store).load("tx")  # type: ignore[misc]
     assert meta.state is TxnState.PREPARE_COMMIT
     (pending,) = meta.intent["t"]
-    report = vacuum(table, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
+    later = Warehouse(store=ClockAheadStore(wh.store, 1000 * HOUR)).table("t")
+    report = vacuum(later, retention_ms=2 * HOUR, now=now_ms() + 1000 * HOUR)
     assert report.deleted == [] and wh.store.exists(pending.path)
     assert wh.recover().committed == ["tx"]
     first = table.snapshot().partition(0).entries[0]

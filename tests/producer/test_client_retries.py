@@ -75,6 +75,10 @@ class FlakyReads(StoreWrapper):
         self._check("LIST", prefix)
         return super().list(prefix, start_after)
 
+    def get_data_file(self, key: str) -> bytes:
+        self._check("GET", key)
+        return super().get_data_file(key)
+
 
 @pytest.fixture
 def flaky(memory_store: Store) -> FlakyReads:
@@ -109,8 +113,9 @@ def test_abort_waiting_for_a_failing_batch_ends_ready(
         time.sleep(0.005)
     p.abort_transaction()  # waits for the batch, which fails after delivery_timeout_ms
     assert p.txn is not None and p.txn.state is ClientTxnState.READY
-    with pytest.raises(TransientStorageError):
-        lost.result(timeout=0)
+    with pytest.raises(KafkaTimeoutError, match="delivery_timeout_ms=300") as info:
+        lost.result(timeout=0)  # Kafka's batch expiry: a timeout, the outcome unknown
+    assert isinstance(info.value.__cause__, TransientStorageError)
     fault_store.clear()
     p.begin_transaction()
     p.send("t", value=b"kept", partition=0)
@@ -262,3 +267,92 @@ def test_recover_reports_an_id_that_keeps_failing(flaky: FlakyReads) -> None:
     assert report.failed["stuck"].startswith("TransientStorageError: ")
     flaky.heal()
     p.close()
+
+
+# --- 3. readers and sends retry within their timeouts (issue 19.13) -----------------------------
+
+
+def _three_records(store: Store) -> Warehouse:
+    wh = Warehouse(store=store)
+    wh.create_table("t", partitions=1)
+    with Producer(wh) as p:
+        for v in (b"a", b"b", b"c"):
+            p.send("t", value=v, partition=0)
+    return wh
+
+
+def _is_segment(key: str) -> bool:
+    return key.endswith(".parquet")
+
+
+def _is_version(key: str) -> bool:
+    return "/_log/" in key and key.endswith(".json")
+
+
+TP0 = TopicPartition("t", 0)
+
+
+def test_poll_retries_failing_reads(flaky: FlakyReads) -> None:
+    wh = _three_records(flaky)
+    c = Consumer(wh, auto_offset_reset="earliest")
+    c.assign([TP0])
+    flaky.fail(_is_version, times=2)
+    flaky.fail(_is_segment, times=2)
+    got = c.poll(timeout_ms=0)
+    assert [(r.offset, r.value) for r in got[TP0]] == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert flaky.fired == 4
+
+
+def test_poll_times_out_after_request_timeout_and_loses_nothing(flaky: FlakyReads) -> None:
+    wh = _three_records(flaky)
+    c = Consumer(wh, auto_offset_reset="earliest", request_timeout_ms=200)
+    c.assign([TP0])
+    c.seek(TP0, 1)
+    flaky.fail(_is_segment, times=-1)
+    start = time.monotonic()
+    with pytest.raises(KafkaTimeoutError, match="request_timeout_ms=200") as info:
+        c.poll(timeout_ms=0)
+    assert isinstance(info.value.__cause__, TransientStorageError)
+    assert 0.15 < time.monotonic() - start < 5
+    assert c.position(TP0) == 1  # nothing was consumed
+    flaky.heal()
+    assert [r.value for r in c.poll(timeout_ms=0)[TP0]] == [b"b", b"c"]
+
+
+def test_committed_retries_and_times_out(flaky: FlakyReads) -> None:
+    wh = _three_records(flaky)
+    Consumer(wh, group_id="g").commit({TP0: OffsetAndMetadata(2)})
+    c = Consumer(wh, group_id="g", request_timeout_ms=200)
+    flaky.fail(lambda k: k.startswith("_groups/g/_log/"), times=2)
+    assert c.committed(TP0) == OffsetAndMetadata(2)
+    flaky.fail(lambda k: k.startswith("_groups/g/_log/"), times=-1)
+    with pytest.raises(KafkaTimeoutError):
+        Consumer(wh, group_id="g", request_timeout_ms=200).committed(TP0)
+
+
+def test_scan_retries_failing_reads_then_times_out(flaky: FlakyReads) -> None:
+    wh = _three_records(flaky)
+    table = wh.table("t")
+    flaky.fail(_is_version, times=2)
+    flaky.fail(_is_segment, times=2)
+    assert table.scan().to_arrow()["value"].to_pylist() == [b"a", b"b", b"c"]
+    assert flaky.fired == 4
+    flaky.fail(_is_segment, times=-1)
+    with pytest.raises(KafkaTimeoutError, match="request_timeout_ms=200"):
+        table.scan(request_timeout_ms=200).to_arrow()
+    flaky.fail(_is_version, times=-1)
+    with pytest.raises(KafkaTimeoutError, match="loading table t"):
+        table.scan(request_timeout_ms=200)
+
+
+def test_a_batch_that_outlives_delivery_timeout_fails_with_a_timeout(
+    fault_store: ReadFaultStore, make_producer: MakeProducer
+) -> None:
+    """Kafka's batch expiry: the future fails with a timeout, not a storage error."""
+    wh = Warehouse(store=fault_store)
+    wh.create_table("t", partitions=1)
+    p = make_producer(wh, linger_ms=0, delivery_timeout_ms=200)
+    fault_store.fail_before_write(_is_segment, times=10_000)
+    future = p.send("t", value=b"lost", partition=0)
+    with pytest.raises(KafkaTimeoutError, match="delivery_timeout_ms=200"):
+        future.result(timeout=10)

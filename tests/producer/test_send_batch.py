@@ -304,6 +304,23 @@ def test_accepted_inputs(wh: Warehouse, make_producer: MakeProducer) -> None:
     assert all(r[4] == [] for r in rows)
 
 
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_filtered_dataframe_is_sent_without_its_index(
+    wh: Warehouse, make_producer: MakeProducer, typed: bool
+) -> None:
+    # A filtered frame has a non-default index: it must not become a column.
+    pd = pytest.importorskip("pandas")
+    schema = pa.schema([("n", pa.int64()), ("value", pa.binary())]) if typed else None
+    wh.create_table("t", partitions=1, schema=schema)
+    frame = pd.DataFrame({"n": [1, 2, 3, 4], "value": [b"a", b"b", b"c", b"d"]})
+    kept = frame[frame.n % 2 == 0]
+    p = make_producer(wh)
+    p.send_batch("t", kept if typed else kept[["value"]], partition=0)
+    p.flush()
+    table = wh.table("t").scan(columns=["value", "offset"]).to_arrow()
+    assert table.to_pylist() == [{"value": b"b", "offset": 0}, {"value": b"d", "offset": 1}]
+
+
 class GatedStore(StoreWrapper):
     """Segment puts wait until the gate opens (a slow or unreachable object store)."""
 

@@ -19,11 +19,12 @@ from txntable.protocol.actions import (
     Marker,
     Metadata,
     OffsetCommit,
+    PartitionStart,
     Protocol,
     decode_actions,
     encode_actions,
 )
-from txntable.protocol.snapshot import TableSnapshot, replay
+from txntable.protocol.snapshot import TableSnapshot, load_checkpoint, replay
 
 PATH = "t/_log/00000000000000000007.json"
 
@@ -221,3 +222,42 @@ def test_decode_future_protocol() -> None:
     assert decode_actions(b'{"protocol":{"minReaderVersion":1,"minWriterVersion":7}}\n') == [
         Protocol(1, 7)
     ]
+
+
+def test_a_marker_creates_a_producer_entry_with_the_defaults() -> None:
+    # Issue 21.14: a fencing marker on a partition the producer never wrote to creates its
+    # entry there; lastTimestamp stays 0 (only batches raise it), coordinatorEpoch is the
+    # marker's (from -1), and nothing is open.
+    snap = snapshot_of(
+        [batch(0, 0, 2, pid=9, epoch=3, seq=0, txn=True)],
+        [Marker(0, 2, 9, 4, "ABORT", timestamp=77), Marker(1, 0, 9, 4, "ABORT", timestamp=77)],
+    )
+    fresh = snap.partition(1).producers[9]
+    assert (fresh.epoch, list(fresh.batches), fresh.current_txn_first_offset) == (4, [], None)
+    assert (fresh.coordinator_epoch, fresh.last_timestamp) == (0, 0)
+    wrote = snap.partition(0).producers[9]
+    assert (wrote.epoch, list(wrote.batches)) == (4, [])  # a higher epoch clears the batches
+    assert snap.partition(0).ongoing == {} and snap.producer_epochs == {9: 4}
+
+
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [((3, 3), (2, 2)), ((2, 2), (1, 1)), ((3, 3), (3, 2)), ((2, 2), (1, 2))],
+)
+def test_a_protocol_never_goes_down(first: tuple[int, int], later: tuple[int, int]) -> None:
+    # Issue 21.9: a protocol action lowering a typed table's reader version was accepted, so
+    # a v2 reader would then misread typed segments (and a v1 reader a truncated log).
+    with pytest.raises(CorruptLogError, match="lowers"):
+        replay(enumerate([[Protocol(*first), version0()[1]], [Protocol(*later)]]))
+    raised = replay(enumerate([[Protocol(*later), version0()[1]], [Protocol(*first)]]))
+    assert raised.protocol == Protocol(*first)
+
+
+def test_a_partition_started_twice_in_a_checkpoint_is_corrupt() -> None:
+    # Issue 21.15: the second partitionStart of an empty partition silently replaced the
+    # first one's log start offset.
+    head = [Protocol(2, 2), version0(1)[1]]
+    one = load_checkpoint(4, [*head, PartitionStart(0, 0, 0)], "cp", state=True)
+    assert one.partition(0).log_start_offset == 0
+    with pytest.raises(CorruptLogError, match="two partitionStart"):
+        load_checkpoint(4, [*head, PartitionStart(0, 0, 0), PartitionStart(0, 5, 0)], "cp", True)

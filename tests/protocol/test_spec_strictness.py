@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +27,7 @@ from txntable import (
 from txntable.errors import CorruptLogError, SchemaMismatchError
 from txntable.layout import PRODUCER_IDS_KEY
 from txntable.protocol.actions import (
+    ACTION_TYPES,
     CommitInfo,
     LogStart,
     OffsetCommit,
@@ -289,3 +292,63 @@ def test_readme_read_to_the_end_loop(wh: Warehouse, make_producer: MakeProducer)
             records.extend(batch)
     assert [(r.offset, r.value) for r in records] == [(0, b"kept"), (4, b"kept-too")]
     assert {tp: c.position(tp) for tp in tps} == end
+
+
+def test_every_action_the_spec_shows_decodes_as_it_is_written() -> None:
+    # Issue 21.7: the typed-table example's commitInfo had "time" where the required field
+    # is "timestamp"; a reader written from the spec would refuse its own example.
+    spec = (Path(__file__).resolve().parents[2] / "spec" / "PROTOCOL.md").read_text()
+    names = set(ACTION_TYPES)
+    checked = 0
+    for block in re.findall(r"```(?:json)?\n(.*?)```", spec, re.S):
+        for line in block.splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and len(obj) == 1 and next(iter(obj)) in names:
+                (action,) = decode_actions(line.encode() + b"\n", "spec")
+                assert encode_actions([action]) == line.encode() + b"\n", line
+                checked += 1
+    assert checked >= 25
+
+
+@pytest.mark.parametrize(
+    "element",
+    [
+        {"name": 1, "type": "binary"},
+        {"name": "key", "type": ["binary"]},
+        {"name": "key", "type": "binary", "nullable": "yes"},
+        {"name": "key", "type": "binary", "children": {}},
+        "key binary",
+        {"type": "binary"},
+    ],
+)
+def test_schema_elements_are_checked_not_coerced(element: object) -> None:
+    # Issue 21.8: the spec said names and types were coerced (str(name), ...); the decoder
+    # refuses them, which the spec now says.
+    (metadata,) = [a for a in version0() if a.NAME == "metadata"]
+    body = json.loads(encode_actions([metadata]))
+    body["metadata"]["schema"] = [element]
+    with pytest.raises(CorruptLogError, match="metadata: invalid schema"):
+        decode_actions(json.dumps(body).encode() + b"\n", "v")
+    # An untyped table's schema is descriptive: an empty one is accepted.
+    body["metadata"]["schema"] = []
+    (decoded,) = decode_actions(json.dumps(body).encode() + b"\n", "v")
+    assert decoded.schema == ()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"logStart":{"offset":4,"partition":0,"offset":9}}',
+        b'{"logStart":{"offset":4,"partition":0},"logStart":{"offset":9,"partition":0}}',
+        b'{"metadata":{"configuration":{"a":"1","a":"2"},"name":"t","partitions":1,'
+        b'"tableId":"x"}}',
+    ],
+)
+def test_a_key_twice_in_an_object_is_corrupt(line: bytes) -> None:
+    # Issue 21.15: Python keeps the last value of a repeated key, other parsers the first or
+    # an error; two readers of one version must never disagree, so the version is refused.
+    with pytest.raises(CorruptLogError, match="appears twice"):
+        decode_actions(line + b"\n", "v")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -41,6 +42,7 @@ from txntable.protocol.actions import (
     encode_actions,
 )
 from txntable.protocol.schema import (
+    Field,
     check_evolution,
     merge_schemas,
     normalize_schema,
@@ -91,6 +93,8 @@ def test_every_allowed_type_round_trips_through_the_json_form() -> None:
         (pa.schema([("a", pa.uint32())]), [], "not allowed"),
         (pa.schema([("a", pa.float16())]), [], "not allowed"),
         (pa.schema([("a", pa.duration("s"))]), [], "not allowed"),
+        (pa.schema([("a", pa.decimal128(5, 6))]), [], r"decimal scale 6 is not in \[0, 5\]"),
+        (pa.schema([("a", pa.decimal128(5, -1))]), [], "decimal scale -1"),
         (pa.schema([("offset", pa.int64())]), [], "reserved"),
         (pa.schema([("timestamp", pa.int64())]), [], "reserved"),
         (pa.schema([("a", pa.int64()), ("a", pa.string())]), [], "repeated"),
@@ -106,6 +110,35 @@ def test_create_refuses_a_bad_schema_and_writes_nothing(
     with pytest.raises(SchemaMismatchError, match=message):
         warehouse.create_table("t", 1, schema=schema, key=key)
     assert warehouse.list_tables() == []
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "Europe/Pari", "utc", "+25:00", "-0800"])
+def test_an_unknown_time_zone_is_refused_at_create_and_evolve(
+    warehouse: Warehouse, zone: str
+) -> None:
+    # Readers convert zoned timestamps with the zone database: an unknown zone would make
+    # every poll, scan and consume fail later.
+    bad = pa.field("at", pa.timestamp("us", tz=zone))
+    message = re.escape(f"column 'at': unknown time zone '{zone}'")
+    with pytest.raises(SchemaMismatchError, match=message):
+        warehouse.create_table("t", 1, schema=pa.schema([bad]))
+    assert warehouse.list_tables() == []
+    table = warehouse.create_table("t", 1, schema=pa.schema([("a", pa.int64())]))
+    with pytest.raises(SchemaMismatchError, match="unknown time zone"):
+        table.evolve_schema(pa.schema([("a", pa.int64()), bad]))
+    assert table.snapshot().version == 0
+    good = [("a", pa.timestamp("ms", tz="Europe/Paris")), ("b", pa.timestamp("s", tz="+05:30"))]
+    warehouse.create_table("u", 1, schema=pa.schema(good))
+
+
+def test_an_unknown_time_zone_in_the_log_is_corrupt(warehouse: Warehouse) -> None:
+    from txntable.protocol.schema import Field
+
+    fields = (Field("at", "timestamp(us,Europe/Pari)"),)
+    data = encode_actions([Protocol(3, 3), Metadata("id", "t", 1, schema=fields, typed=True)])
+    warehouse.store.put_if_absent("t/_log/00000000000000000000.json", data)
+    with pytest.raises(CorruptLogError, match="unknown time zone"):
+        warehouse.table("t").snapshot()
 
 
 def test_key_without_schema_is_refused(warehouse: Warehouse) -> None:
@@ -126,6 +159,14 @@ def test_typed_tables_need_protocol_3_and_untyped_ones_stay_readable_by_v2(
     with pytest.raises(UnsupportedProtocolError):
         warehouse.table("typed").snapshot()
     assert warehouse.table("plain").scan().to_arrow().num_rows == 0
+
+
+def test_a_decimal_scale_outside_the_precision_in_a_log_is_corrupt() -> None:
+    # Issue 21.15: Arrow takes any scale; Parquet and Spark only 0 <= scale <= precision.
+    fields = (Field("d", "decimal(10,11)"),)
+    data = encode_actions([Protocol(3, 3), Metadata("id", "t", 1, schema=fields, typed=True)])
+    with pytest.raises(CorruptLogError, match="decimal scale 11"):
+        decode_actions(data, "v")
 
 
 def test_a_typed_metadata_under_protocol_1_is_corrupt(warehouse: Warehouse) -> None:
@@ -451,7 +492,9 @@ def test_describe_shows_the_schema(warehouse: Warehouse) -> None:
 
 def test_maintenance_of_a_typed_table_across_an_evolution(warehouse: Warehouse) -> None:
     v1 = pa.schema([("user", pa.string()), ("n", pa.int32())])
-    table = warehouse.create_table("t", 1, schema=v1, key=["user"])
+    table = warehouse.create_table(
+        "t", 1, schema=v1, key=["user"], configuration={"cleanup.policy": "compact"}
+    )
     with Producer(warehouse, transactional_id="tx") as producer:
         producer.init_transactions()
         for i in range(3):  # three v1 segments, the last one aborted

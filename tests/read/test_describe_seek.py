@@ -21,8 +21,10 @@ from txntable.errors import (
     TableNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from txntable.protocol.actions import Batch, CommitPlan, LogStart
+from txntable.protocol.actions import Batch, CommitPlan, LogStart, Segment
 from txntable.table import OpenTransaction, PartitionDescription, ProducerDescription
+from txntable.txn.coordinator import TransactionCoordinator
+from txntable.util import now_ms
 
 MakeProducer = Callable[..., Producer]
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -64,6 +66,10 @@ def test_describe_exact(scenario: tuple[Warehouse, Producer, Producer]) -> None:
     idem, a0 = batches[0]  # p0: the idempotent batch 0-2, then A's 3-4
     a1, b1 = batches[1]  # p1: A's 0, then B's 1-2
 
+    loaded = TransactionCoordinator(wh.store).load("A")
+    assert loaded is not None
+    started = loaded[0].txn_start_timestamp  # the coordinator's, not a record's timestamp
+
     def producers(*states: tuple[Batch, int, int | None]) -> tuple[ProducerDescription, ...]:
         """(batch, last sequence, open transaction's first offset) of each producer, by id."""
         return tuple(
@@ -73,13 +79,13 @@ def test_describe_exact(scenario: tuple[Warehouse, Producer, Producer]) -> None:
 
     assert desc.partitions == (
         PartitionDescription(
-            0, 0, 5, 3, (OpenTransaction(a.producer_id, 3, "A", a0.minTimestamp),),
+            0, 0, 5, 3, (OpenTransaction(a.producer_id, 3, "A", a0.minTimestamp, started),),
             producers=producers((idem, 2, None), (a0, 1, 3)),
             segments=2,
             segment_bytes=idem.size + a0.size,
         ),
         PartitionDescription(
-            1, 0, 4, 0, (OpenTransaction(a.producer_id, 0, "A", a1.minTimestamp),),
+            1, 0, 4, 0, (OpenTransaction(a.producer_id, 0, "A", a1.minTimestamp, started),),
             producers=producers((a1, 0, 0), (b1, 1, None)),
             segments=2,
             segment_bytes=a1.size + b1.size,
@@ -95,6 +101,42 @@ def test_describe_exact(scenario: tuple[Warehouse, Producer, Producer]) -> None:
          p.open_transactions, p.segments)
         for p in desc.partitions
     ] == [(0, 0, 6, 6, (), 2), (1, 0, 5, 5, (), 2)]
+
+
+def test_describe_counts_merged_segments(wh: Warehouse, make_producer: MakeProducer) -> None:
+    wh.create_table("t", partitions=2)
+    p = make_producer(wh)
+    for i in range(3):
+        send(p, 0, b"x%d" % i)
+    table = wh.table("t")
+    table.optimize()
+    (merged,) = table.snapshot().partition(0).entries
+    assert isinstance(merged, Segment)
+    send(p, 0, b"after")
+    (after,) = [e for e in table.snapshot().partition(0).entries if isinstance(e, Batch)]
+    d = table.describe()
+    assert [(q.segments, q.segment_bytes) for q in d.partitions] == [
+        (2, merged.size + after.size), (0, 0),
+    ]
+
+
+def test_an_open_transaction_starts_when_its_coordinator_says(
+    wh: Warehouse, make_producer: MakeProducer
+) -> None:
+    # Record timestamps are the producer's (here 5 ms after the epoch): not a start time.
+    wh.create_table("t", partitions=1)
+    p = make_producer(wh, transactional_id="old-stamps")
+    p.init_transactions()
+    before = now_ms()
+    p.begin_transaction()
+    future = p.send("t", value=b"v", partition=0, timestamp=5)
+    p.flush()
+    future.result(timeout=10)
+    (opened,) = wh.table("t").describe().partitions[0].open_transactions
+    assert opened.start_timestamp == 5
+    assert opened.txn_start_timestamp is not None
+    assert before <= opened.txn_start_timestamp <= now_ms()
+    p.abort_transaction()
 
 
 def test_end_offsets_both_isolation_levels(scenario: tuple[Warehouse, Producer, Producer]) -> None:

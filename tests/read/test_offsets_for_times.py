@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,5 +115,28 @@ def test_batches_below_the_time_are_never_read() -> None:
         assert found is not None and (found.offset, found.timestamp) == (7, 1007)
         assert reads == []  # answered from the log's min/max timestamps alone
         assert offset_for_time(table, snap, 0, 2000) is None
+    finally:
+        MemoryStore.drop(name)
+
+
+def test_a_typed_table_is_read_with_its_own_schema() -> None:
+    # Issue 21.3: a transactional batch under read_committed must be read to be answered;
+    # reading a typed segment with the untyped record schema raised SchemaMismatchError.
+    name = f"oft-{uuid.uuid4().hex}"
+    wh = Warehouse(store=MemoryStore(name))
+    try:
+        wh.create_table("t", 1, schema=pa.schema([("n", pa.int32())]))
+        with Producer(wh, transactional_id="tx") as prod:
+            prod.init_transactions()
+            prod.begin_transaction()
+            for i, ts in enumerate((1000, 1005, 1002)):
+                prod.send("t", {"n": i}, partition=0, timestamp=ts)
+            prod.commit_transaction()  # offsets 0..2, the marker at 3
+        tp = TopicPartition("t", 0)
+        for level in ("read_committed", "read_uncommitted"):
+            with Consumer(wh, isolation_level=level) as c:
+                got = c.offsets_for_times({tp: 1003})[tp]
+                assert got is not None and (got.offset, got.timestamp) == (1, 1005), level
+                assert c.offsets_for_times({tp: 1006})[tp] is None
     finally:
         MemoryStore.drop(name)

@@ -241,6 +241,25 @@ def test_empty_table_scans_to_an_empty_table(wh: Warehouse) -> None:
     assert table.schema == READ_SCHEMA and table.num_rows == 0
 
 
+@pytest.mark.parametrize("typed", [False, True])
+def test_no_columns_still_counts_every_row(wh: Warehouse, typed: bool) -> None:
+    # pyarrow's dataset.to_table(columns=[]) returns the row count: so does scan().
+    schema = pa.schema([("a", pa.int64())]) if typed else None
+    wh.create_table("n", partitions=2, schema=schema)
+    with Producer(wh) as p:
+        for i in range(5):
+            p.send("n", {"a": i} if typed else b"v", partition=i % 2)
+    wh.table("n").optimize()  # merged segments on both partitions
+    with Producer(wh) as p:
+        p.send("n", {"a": 9} if typed else b"v", partition=0)
+    scan = wh.table("n").scan(columns=[])
+    table = scan.to_arrow()
+    assert (table.num_rows, table.num_columns) == (6, 0)
+    assert sum(b.num_rows for b in scan.to_batches()) == 6
+    assert len(scan.to_pandas()) == 6
+    assert wh.table("n").scan(columns=[], partitions=[1]).to_arrow().num_rows == 2
+
+
 # --- bounded read-ahead ---------------------------------------------------------------------
 
 
@@ -393,7 +412,9 @@ def test_poll_records_carry_every_field(history: History) -> None:
     consumer = Consumer(history.wh, isolation_level="read_committed", auto_offset_reset="earliest")
     consumer.assign([TP0])
     record = consumer.poll(max_records=1)[TP0][0]
-    assert record == (T, 0, 0, b"k", b"a0", [("h", b"a0")], 7)
+    # kafka-python's order: topic, partition, leader_epoch, offset, timestamp,
+    # timestamp_type, key, value, headers, checksum, then the serialized sizes
+    assert record == (T, 0, -1, 0, 7, 0, b"k", b"a0", [("h", b"a0")], None, 1, 2, 3)
     assert (record.topic, record.partition, record.offset, record.timestamp) == (T, 0, 0, 7)
     assert record.headers == [("h", b"a0")]
     consumer.close()

@@ -63,7 +63,13 @@ def test_credentials_are_never_written_to_the_bucket_or_logged(
     idem = make_producer(wh)
     idem.send("in", value=b"d", partition=1).result()
 
-    c = Consumer(wh, group_id="g", isolation_level="read_committed", auto_offset_reset="earliest")
+    c = Consumer(
+        wh,
+        group_id="g",
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     c.assign([TopicPartition("in", 0)])
     assert [r.value for r in c.poll(timeout_ms=1000)[TopicPartition("in", 0)]] == [b"a"]
     c.commit()

@@ -14,6 +14,7 @@ from txntable import (
     Warehouse,
 )
 from txntable.table import OpenTransaction
+from txntable.txn.coordinator import TransactionCoordinator
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -88,8 +89,9 @@ def test_transactions_end_to_end(s3_wh: Warehouse, make_producer: Callable[..., 
     assert (p0.log_start_offset, p0.high_watermark, p0.last_stable_offset) == (0, 7, 7)
     assert p0.open_transactions == ()
     assert (p1.log_start_offset, p1.high_watermark, p1.last_stable_offset) == (0, 6, 4)
+    began = TransactionCoordinator(wh.store).load("etl-1")[0].txn_start_timestamp  # type: ignore[index]
     assert p1.open_transactions == (
-        OpenTransaction(txn.producer_id, 4, "etl-1", open_meta.timestamp),
+        OpenTransaction(txn.producer_id, 4, "etl-1", open_meta.timestamp, began),
     )
 
     # read_committed: committed data only, nothing at or above the LSO.

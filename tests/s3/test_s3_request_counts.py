@@ -89,7 +89,7 @@ def short_path_cost(
     gets = store.keys("GET")
     puts = store.keys("PUT")
     assert all(k.startswith("events/data/") and k.endswith(".parquet") for k in puts), puts
-    assert sorted(int(k.split("/")[2]) for k in puts) == list(range(PARTITIONS))
+    assert sorted(k.split("/")[2] for k in puts) == [f"partition={p}" for p in range(PARTITIONS)]
     conditional = store.keys("CONDITIONAL_PUT")
     version = wh.table("events").describe().version
     assert conditional.count(TransactionCoordinator.key("tx")) == 2  # PrepareCommit, Complete

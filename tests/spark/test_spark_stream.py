@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from typing import Any
 
@@ -124,7 +125,7 @@ def test_streaming_write_exactly_once_across_restart(spark: Any, lake: str, tmp_
     dst = wh.table("dst")
     snap = dst.snapshot()
     (app,) = snap.app_txns.values()
-    assert app.appId.startswith("spark-")
+    assert app.appId == f"spark-query-{_query_id(checkpoint)}"
     last = app.version
     version_before = snap.version
     # Forget that the last batch committed: Spark replays it, the sink must skip it.
@@ -242,8 +243,7 @@ def test_stream_keeps_its_schema_across_an_evolution(spark: Any, lake: str, tmp_
     ]
     fresh = spark.read.format("txntable").load(f"{lake}/ev")
     assert fresh.schema.simpleString() == (
-        "struct<id:bigint,price:double,note:string,partition:int,offset:bigint,"
-        "timestamp:timestamp>"
+        "struct<id:bigint,price:double,note:string,partition:int,offset:bigint,timestamp:timestamp>"
     )
     assert sorted(tuple(r) for r in fresh.select("id", "note", "offset").collect()) == [
         (1, None, 0),
@@ -251,3 +251,78 @@ def test_stream_keeps_its_schema_across_an_evolution(spark: Any, lake: str, tmp_
         (3, "after", 2),
         (2**40, None, 3),
     ]
+
+
+def _mirror(spark: Any, source: str, target: str, checkpoint: str) -> None:
+    """Run a streaming copy of ``source`` into ``target`` until it has read everything."""
+    query = (
+        _stream(spark, source, startingOffsets="earliest", maxOffsetsPerTrigger="4")
+        .select("key", "value")
+        .writeStream.format("txntable")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(target)
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
+def _values(spark: Any, path: str) -> list[bytes]:
+    return sorted(r[3] for r in spark_rows(spark.read.format("txntable").load(path)))
+
+
+def _query_id(checkpoint: str) -> str:
+    with open(os.path.join(checkpoint, "metadata")) as f:
+        return str(json.load(f)["id"])
+
+
+def test_stream_started_over_with_a_fresh_checkpoint_lands_all_batches(
+    spark: Any, lake: str, tmp_path: Any
+) -> None:
+    """Deleting the checkpoint starts a new query (a new id): its batches must land even
+    though its batch ids start at 0 again (issue 24)."""
+    wh = Warehouse(lake)
+    first, second = TableWriter(wh, "in1", 1), TableWriter(wh, "in2", 1)
+    first.batch(0, [rec(i) for i in range(10)])
+    second.batch(0, [rec(100 + i) for i in range(10)])
+    wh.create_table("out", partitions=2)
+    checkpoint = str(tmp_path / "ckpt")
+    _mirror(spark, f"{lake}/in1", f"{lake}/out", checkpoint)
+    old_id = _query_id(checkpoint)
+    assert len(_values(spark, f"{lake}/out")) == 10
+    shutil.rmtree(checkpoint)
+    _mirror(spark, f"{lake}/in2", f"{lake}/out", checkpoint)
+    new_id = _query_id(checkpoint)
+    assert new_id != old_id
+    expected = sorted(r[3] for r in first.expected() + second.expected())
+    assert _values(spark, f"{lake}/out") == expected  # all 20, once each
+    app_txns = wh.table("out").snapshot().app_txns
+    assert sorted(app_txns) == sorted([f"spark-query-{old_id}", f"spark-query-{new_id}"])
+
+
+def test_one_query_with_its_checkpoint_spelled_four_ways_writes_each_batch_once(
+    spark: Any, lake: str, tmp_path: Any
+) -> None:
+    """``/x``, ``file:/x``, ``file:///x`` and a path relative to the driver's working
+    directory are one checkpoint to Spark, so one query to the sink: a batch replayed
+    under another spelling is skipped."""
+    wh = Warehouse(lake)
+    src = TableWriter(wh, "src", 1)
+    wh.create_table("dst", partitions=1)
+    checkpoint = str(tmp_path / "ckpt")
+    driver_cwd = spark.sparkContext._jvm.System.getProperty("user.dir")
+    spellings = [
+        f"file://{checkpoint}",
+        checkpoint,
+        f"file:{checkpoint}/",
+        os.path.relpath(checkpoint, driver_cwd),
+    ]
+    for round_, spelling in enumerate(spellings):
+        src.batch(0, [rec(10 * round_ + i) for i in range(3)])
+        if round_:
+            # Spark forgets the last batch committed (a crash): the new run replays it.
+            done = [int(n) for n in os.listdir(os.path.join(checkpoint, "commits")) if n.isdigit()]
+            _forget_commit(checkpoint, max(done))
+        _mirror(spark, f"{lake}/src", f"{lake}/dst", spelling)
+        assert _values(spark, f"{lake}/dst") == sorted(r[3] for r in src.expected()), spelling
+    assert list(wh.table("dst").snapshot().app_txns) == [f"spark-query-{_query_id(checkpoint)}"]

@@ -131,8 +131,14 @@ def test_column_selection_by_option_and_by_schema(spark: Any, lake: str) -> None
     by_schema = spark.read.format("txntable").schema("text string, offset bigint, partition int")
     # A given schema is Spark's to declare (nullable here); the values are the same.
     assert by_offset(by_schema.load(f"{lake}/t").toArrow()).to_pylist() == want.to_pylist()
-    with raises_in_spark(InvalidConfigurationError, "not a column of the table"):
+    with raises_in_spark(
+        InvalidConfigurationError, "column text is string in the table, not bigint"
+    ):
         spark.read.format("txntable").schema("text bigint").load(f"{lake}/t").collect()
+    with raises_in_spark(
+        InvalidConfigurationError, "column nope of the given schema is not a column of"
+    ):
+        spark.read.format("txntable").schema("nope string").load(f"{lake}/t").collect()
     with raises_in_spark(SchemaMismatchError, "no column 'nope'"):
         spark.read.format("txntable").option("columns", "nope").load(f"{lake}/t").collect()
 
@@ -238,3 +244,58 @@ def test_streaming_read_and_write_of_typed_tables(spark: Any, lake: str, tmp_pat
     src = wh.table("src").scan(columns=["id", "s", "partition"]).to_arrow().sort_by("id")
     assert got == src.to_pylist()  # same values, and routed to the same partitions by key
     assert len(got) == 21
+
+
+def test_typed_stream_stops_clearly_when_the_schema_changes_and_a_restart_reads_on(
+    spark: Any, lake: str, tmp_path: Any
+) -> None:
+    """A query keeps the schema it started with: when the table's changes (a column added,
+    one widened), the next trigger fails saying to restart, instead of dropping the new
+    column or failing on the first value the old type cannot hold; the restarted query
+    reads on from its checkpoint with the new schema (issue 26 item 6)."""
+    wh = Warehouse(lake)
+    v1 = pa.schema([pa.field("id", pa.int32(), nullable=False), ("s", pa.string())])
+    table = wh.create_table("t", 1, schema=v1)
+    with Producer(wh) as producer:
+        producer.send_batch("t", {"id": [0, 1, 2], "s": ["a", "b", "c"]}).get()
+    seen: list[dict[str, Any]] = []
+
+    def start() -> Any:
+        return (
+            spark.readStream.format("txntable")
+            .option("startingOffsets", "earliest")
+            .load(f"{lake}/t")
+            .drop("partition", "timestamp")
+            .writeStream.foreachBatch(lambda df, _: seen.extend(r.asDict() for r in df.collect()))
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .start()
+        )
+
+    query = start()
+    try:
+        query.processAllAvailable()
+        table.evolve_schema(
+            pa.schema(
+                [pa.field("id", pa.int64(), nullable=False), ("s", pa.string()), ("n", pa.string())]
+            )
+        )
+        with Producer(wh) as producer:
+            producer.send("t", {"id": 2**40, "s": "d", "n": "new"}).get()
+        with pytest.raises(Exception, match="SchemaMismatchError") as info:
+            query.processAllAvailable()
+        message = str(info.value)
+        assert "n added" in message and "id int32 -> int64" in message
+        assert "restart the query" in message
+    finally:
+        query.stop()
+    query = start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert [(r["id"], r["s"], r.get("n"), r["offset"]) for r in seen] == [
+        (0, "a", None, 0),
+        (1, "b", None, 1),
+        (2, "c", None, 2),
+        (2**40, "d", "new", 3),
+    ]

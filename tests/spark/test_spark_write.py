@@ -186,3 +186,33 @@ def test_write_refuses_columns_a_record_cannot_hold(spark: Any, lake: str) -> No
     back = spark.read.format("txntable").load(f"{lake}/extra")
     back.write.format("txntable").mode("append").save(f"{lake}/extra")
     assert Warehouse(lake).table("extra").describe().partitions[0].high_watermark == 2
+
+
+def test_pre_1970_timestamps_are_floored_to_milliseconds_as_spark_does(
+    spark: Any, lake: str
+) -> None:
+    """Spark floors microseconds to Kafka's milliseconds (-1.5 ms is -2 ms, not -1), in a
+    record's timestamp and in a typed table's millisecond columns (issue 26 item 8)."""
+    import pyarrow as pa
+
+    wh = Warehouse(lake)
+    records = wh.create_table("records", partitions=1)
+    micros = [-1500, -1000, -1, 1500]
+    select = " union all ".join(
+        f"select 'v{i}' as value, timestamp_micros({m}L) as timestamp, "
+        f"timestamp_micros({m}L) as at, cast(timestamp_micros({m}L) as timestamp_ntz) as wall"
+        for i, m in enumerate(micros)
+    )
+    df = spark.sql(select)
+    df.select("value", "timestamp").write.format("txntable").mode("append").save(f"{lake}/records")
+    got = records.scan().to_arrow().sort_by("value")
+    assert got.column("timestamp").cast(pa.int64()).to_pylist() == [-2000, -1000, -1000, 1000]
+
+    schema = pa.schema(
+        [("value", pa.string()), ("at", pa.timestamp("ms", tz="UTC")), ("wall", pa.timestamp("ms"))]
+    )
+    typed = wh.create_table("typed", 1, schema=schema)
+    df.select("value", "at", "wall").write.format("txntable").mode("append").save(f"{lake}/typed")
+    rows = typed.scan(columns=["value", "at", "wall"]).to_arrow().sort_by("value")
+    assert rows.column("at").cast(pa.int64()).to_pylist() == [-2, -1, -1, 1]
+    assert rows.column("wall").cast(pa.int64()).to_pylist() == [-2, -1, -1, 1]

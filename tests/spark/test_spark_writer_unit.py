@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import uuid
+from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -11,15 +13,18 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     IntegerType,
+    LongType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-from txntable.errors import IllegalStateError, InvalidConfigurationError, SchemaMismatchError
+from txntable.errors import IllegalStateError, SchemaMismatchError
 from txntable.producer.partitioner import partition_for_key
-from txntable.protocol.actions import Batch
+from txntable.protocol.actions import Batch, CommitPlan
+from txntable.protocol.schema import schema_to_json
+from txntable.protocol.sequencing import RoundItem, sequence_round
 from txntable.read.reader import read_segment
 from txntable.warehouse import Warehouse
 from txntable_spark.options import parse_write_options
@@ -29,7 +34,7 @@ from txntable_spark.writer import (
     TxnTableStreamWriter,
     TxnTableWriter,
     check_input_schema,
-    default_app_id,
+    plain_append,
 )
 
 SCHEMA = StructType(
@@ -112,16 +117,16 @@ def test_router_equals_scalar_partitioner_on_random_keys() -> None:
     does: explicit partition first, then murmur2 of the key, then the sticky partition."""
     rng = random.Random(8)
     n = 3000
-    keys = [
-        None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 65)) for _ in range(n)
-    ]
+    keys = [None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 65)) for _ in range(n)]
     explicit = [rng.randrange(7) if rng.random() < 0.2 else None for _ in range(n)]
     router = Router(7, sticky=12)
     for given in (None, pa.array(explicit, pa.int32())):
         got = router.route(pa.array(keys, pa.binary()), given).tolist()
         want = [
-            e if given is not None and e is not None
-            else 12 % 7 if k is None
+            e
+            if given is not None and e is not None
+            else 12 % 7
+            if k is None
             else partition_for_key(k, 7)
             for k, e in zip(keys, explicit, strict=True)
         ]
@@ -192,13 +197,13 @@ def test_empty_job_writes_no_version() -> None:
 
 def test_stream_commit_is_idempotent_per_batch_id() -> None:
     wh, options = _setup()
-    opts = parse_write_options(options, streaming=True)
-    first = TxnTableStreamWriter(opts, SCHEMA, "app")
+    opts = parse_write_options({**options, "txnAppId": "app"}, streaming=True)
+    first = TxnTableStreamWriter(opts, SCHEMA, {})
     m0 = first.write(iter([_batch(4, ["a", "b", "c", "d"])]))
     first.commit([m0], 0)
     assert first.last_result == "committed"
     # The same batch replayed after a restart: new files, same batch id -> skipped.
-    replay = TxnTableStreamWriter(opts, SCHEMA, "app")
+    replay = TxnTableStreamWriter(opts, SCHEMA, {})
     m0b = replay.write(iter([_batch(4, ["a", "b", "c", "d"])]))
     assert isinstance(m0b, TxnCommitMessage)
     replay.commit([m0b], 0)
@@ -210,7 +215,8 @@ def test_stream_commit_is_idempotent_per_batch_id() -> None:
     assert snap.app_txns["app"].version == 1
     assert sum(p.high_watermark for p in snap.partitions) == 5
     # Another app id is independent.
-    other = TxnTableStreamWriter(opts, SCHEMA, "other")
+    other_opts = parse_write_options({**options, "txnAppId": "other"}, streaming=True)
+    other = TxnTableStreamWriter(other_opts, SCHEMA, {})
     m = other.write(iter([_batch(1, ["f"])]))
     other.commit([m], 0)
     assert other.last_result == "committed"
@@ -223,7 +229,7 @@ def test_stream_commit_is_idempotent_per_batch_id() -> None:
     assert not {b.path for b in m2.batches} & set(wh.store.list("t/data/"))
 
 
-def test_input_schema_checks_and_app_id() -> None:
+def test_input_schema_checks() -> None:
     check_input_schema(StructType([StructField("value", StringType())]))
     with pytest.raises(SchemaMismatchError):
         check_input_schema(StructType([StructField("key", StringType())]))
@@ -257,14 +263,6 @@ def test_input_schema_checks_and_app_id() -> None:
             ]
         )
     )
-    a = default_app_id({"checkpointlocation": "/ck/q1"})
-    assert (
-        a
-        == default_app_id({"checkpointLocation": "/ck/q1/"})
-        != default_app_id({"checkpointlocation": "/ck/q2"})
-    )
-    with pytest.raises(InvalidConfigurationError):
-        default_app_id({"path": "/x/t"})
 
 
 def test_batch_write_with_txn_app_id_and_version_is_idempotent() -> None:
@@ -294,3 +292,41 @@ def test_batch_write_with_txn_app_id_and_version_is_idempotent() -> None:
     # Skipped jobs leave no segment behind.
     referenced = {e.path for p in snap.partitions for e in p.entries if isinstance(e, Batch)}
     assert set(wh.store.list("t/data/")) == referenced
+
+
+def test_typed_commits_hold_next_to_a_concurrent_evolution_also_in_a_group_commit_round() -> None:
+    """A writer holding the older schema commits its segments unchanged: directly, as a
+    streaming micro-batch, and when group commit sequences its build after the evolution
+    in one round (issue 26 item 4)."""
+    wh = Warehouse(f"memory://spark-writer-{uuid.uuid4().hex}")
+    v1 = pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())])
+    table = wh.create_table("t", 1, schema=v1, key=["id"])
+    options = {"path": f"{wh.url}/t"}
+    df_schema = StructType([StructField("id", LongType(), False), StructField("s", StringType())])
+    rows = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "s": ["a", "b"]})
+
+    batch_writer = TxnTableWriter(parse_write_options(options), df_schema)
+    stream_opts = parse_write_options({**options, "txnAppId": "q"}, streaming=True)
+    stream_writer = TxnTableStreamWriter(stream_opts, df_schema, {})
+    in_round = TxnTableWriter(parse_write_options(options), df_schema)
+    messages = [w.write(iter([rows])) for w in (batch_writer, stream_writer, in_round)]
+    assert all(isinstance(m, TxnCommitMessage) for m in messages)
+
+    v2 = table.evolve_schema(v1.append(pa.field("note", pa.string())))
+    batch_writer.commit([messages[0]])
+    stream_writer.commit([messages[1]], 0)
+    assert stream_writer.last_result == "committed"
+    table.snapshot()
+    assert table.schema == v2
+
+    v3 = v2.append(pa.field("tag", pa.string()))
+
+    def evolve(s: Any) -> CommitPlan[None]:
+        return CommitPlan([replace(s.metadata, schema=schema_to_json(v3))], None, "SET SCHEMA")
+
+    message = messages[2]
+    assert isinstance(message, TxnCommitMessage) and in_round.typed is not None
+    build = in_round.typed.commit_build(plain_append(message.batches))
+    planned = sequence_round(table.snapshot(), [RoundItem(evolve), RoundItem(build)])
+    assert not [r for r in planned.results if isinstance(r, Exception)]
+    assert sum(isinstance(a, Batch) for a in planned.actions) == 1

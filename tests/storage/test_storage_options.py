@@ -16,7 +16,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from txntable import Warehouse
-from txntable.cli.main import main
+from txntable.cli import main
 from txntable.errors import InvalidConfigurationError, InvalidPathError
 from txntable.storage import (
     MemoryStore,

@@ -170,3 +170,17 @@ def test_list_children_names_one_level(any_store: Store) -> None:
     assert list(any_store.list_children("")) == top
     assert list(any_store.list_children("_log/")) == [k.split("/")[1] for k in KEYS[:4]]
     assert list(any_store.list_children("nothing-here/")) == []
+
+
+def test_objects_are_dated_by_the_stores_own_clock(any_store: Store) -> None:
+    # Log cleanup measures a version's age as clock_ms() - modified_ms(key): one clock, the
+    # store's, whatever the clients' clocks say. S3 dates objects in whole seconds.
+    before = any_store.clock_ms()
+    any_store.put_if_absent("dated/a.json", b"a")
+    after = any_store.clock_ms()
+    written = any_store.modified_ms("dated/a.json")
+    assert written is not None
+    assert before - 1000 <= written <= after + 1000
+    assert any_store.modified_ms("dated/missing.json") is None
+    any_store.delete("dated/a.json")
+    assert any_store.modified_ms("dated/a.json") is None

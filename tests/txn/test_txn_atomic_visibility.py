@@ -136,9 +136,7 @@ def test_transactions_are_visible_atomically_per_table(wh: Warehouse) -> None:
     ]
     readers = list(observations.values())
     threads.append(
-        threading.Thread(
-            target=writer, args=(Warehouse(wh.url), done, errors, progress, readers)
-        )
+        threading.Thread(target=writer, args=(Warehouse(wh.url), done, errors, progress, readers))
     )
     for t in threads:
         t.start()

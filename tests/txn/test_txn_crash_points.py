@@ -2,12 +2,12 @@
 
 ``helpers/crash_txn.py`` runs a committed warm-up transaction ``t1`` and then transaction
 ``t2`` over tables ``ta`` and ``tb`` (3 partitions each, plus a group offset unless the
-point is a ``short_`` one), and kills itself with a real SIGKILL at a named point. Each
+point is a ``buffered_`` one), and kills itself with a real SIGKILL at a named point. Each
 crashed warehouse is made once per module and copied for every recovery variant:
 
 * ``init``: a new producer with the same transactional id calls ``init_transactions()``;
 * ``recover``: ``Warehouse.recover()`` (with ``now`` past the transaction timeout);
-* ``cli``: ``python -m txntable.cli.main recover WAREHOUSE`` in a subprocess.
+* ``cli``: ``python -m txntable.cli recover WAREHOUSE`` in a subprocess.
 
 Whatever the point, afterwards: a transaction that reached PrepareCommit is visible
 exactly once in both tables, any other ends aborted and invisible; no partition has an
@@ -61,9 +61,9 @@ COMMIT_POINTS = (
     "prepare_commit",
     "some_markers",
     "all_markers",
-    "short_prepare_commit",
-    "short_some_markers",
-    "short_all_markers",
+    "buffered_prepare_commit",
+    "buffered_some_markers",
+    "buffered_all_markers",
 )
 #: Points where t2 was Ongoing (registered only, or data committed): aborted by a fence.
 ONGOING_POINTS = ("registered", "data_committed")
@@ -94,7 +94,7 @@ class Crash:
 
     @property
     def sends_offsets(self) -> bool:
-        return not self.point.startswith("short_")
+        return not self.point.startswith("buffered_")
 
 
 def create_tables(wh: Warehouse) -> None:
@@ -195,15 +195,14 @@ def check_crashed_state(wh: Warehouse, crash: Crash) -> None:
         "some_abort_markers": TxnState.PREPARE_ABORT,
     }.get(crash.point, TxnState.PREPARE_COMMIT)
     assert meta.state is expected_state
-    if crash.point.startswith("short_"):
-        # The short path: the data travels in the PrepareCommit object as an intent.
-        assert set(meta.intent) == set(TABLES)
+    # Two tables never take the short path (issue 25.2): no intent, the data is in the logs.
+    assert meta.intent == {}
     visible = Counter(read_all(wh, TABLES))
     t2_visible = {v for v in visible if v.startswith(b"t2-")}
-    if crash.point in ("some_markers", "short_some_markers"):
+    if crash.point in ("some_markers", "buffered_some_markers"):
         # ta's markers are in, tb's not: ta's half is visible until recovery finishes.
         assert t2_visible == {v for v in values("t2") if v.startswith(b"t2-ta-")}
-    elif crash.point in ("all_markers", "short_all_markers"):
+    elif crash.point in ("all_markers", "buffered_all_markers"):
         assert t2_visible == set(values("t2"))
     else:
         assert t2_visible == set()
@@ -306,7 +305,7 @@ def test_recover_leaves_ongoing_transaction_before_its_timeout(
 
 
 @pytest.mark.parametrize(
-    "point", ["some_markers", "data_committed", "short_prepare_commit", "some_abort_markers"]
+    "point", ["some_markers", "data_committed", "buffered_prepare_commit", "some_abort_markers"]
 )
 def test_cli_recover(crashed, tmp_path: Path, point: str) -> None:
     crash = crashed(point)
@@ -317,12 +316,12 @@ def test_cli_recover(crashed, tmp_path: Path, point: str) -> None:
         wait = (meta.txn_start_timestamp + meta.timeout_ms + 50 - now_ms()) / 1000
         if wait > 0:
             time.sleep(wait)
-    proc = run_python(["-m", "txntable.cli.main", "recover", wh.url, "--json"])
+    proc = run_python(["-m", "txntable.cli", "recover", wh.url, "--json"])
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     key = {
         "some_markers": "committed",
-        "short_prepare_commit": "committed",
+        "buffered_prepare_commit": "committed",
         "data_committed": "timed_out",
         "some_abort_markers": "aborted",
     }[point]
@@ -332,7 +331,7 @@ def test_cli_recover(crashed, tmp_path: Path, point: str) -> None:
     check_outcome(wh, crash)
 
 
-@pytest.mark.parametrize("point", ["some_markers", "short_prepare_commit", "data_committed"])
+@pytest.mark.parametrize("point", ["some_markers", "buffered_prepare_commit", "data_committed"])
 def test_racing_recoverers_write_each_marker_once(crashed, tmp_path: Path, point: str) -> None:
     """Several clients (own stores and handles) recover at once, plus a new instance."""
     crash = crashed(point)
@@ -369,10 +368,18 @@ def test_racing_recoverers_write_each_marker_once(crashed, tmp_path: Path, point
     check_outcome(wh, crash)
 
 
-#: Crash points that leave a prepared transaction pinning the LSO of a table (the short
-#: path's data is in no log before its markers, so it pins nothing; all_markers has every
-#: marker in).
-PINNING_PREPARED_POINTS = ("prepare_commit", "some_markers", "prepare_abort", "some_abort_markers")
+#: Crash points that leave a prepared transaction pinning the LSO of a table (all_markers
+#: has every marker in). The buffered ones pin it too: a transaction over two tables takes
+#: the normal path however buffered it was (issue 25.2), so a half-marked one is never left
+#: visible in one table and invisible in the other without holding the other's LSO.
+PINNING_PREPARED_POINTS = (
+    "prepare_commit",
+    "some_markers",
+    "prepare_abort",
+    "some_abort_markers",
+    "buffered_prepare_commit",
+    "buffered_some_markers",
+)
 
 
 def pinned_partitions(wh: Warehouse) -> list[tuple[str, int]]:

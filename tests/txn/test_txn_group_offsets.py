@@ -17,6 +17,7 @@ from txntable import (
 )
 from txntable.errors import (
     IllegalGenerationError,
+    InvalidConfigurationError,
     OffsetMetadataTooLargeError,
     ProducerFencedError,
     UnstableOffsetCommitError,
@@ -54,8 +55,13 @@ def consume_and_send(
 
 def group_consumer(wh: Warehouse, **kw: object) -> Consumer:
     c = Consumer(
-        wh, isolation_level="read_committed", group_id=GROUP, auto_offset_reset="earliest", **kw
-    )  # type: ignore[arg-type]
+        wh,
+        isolation_level="read_committed",
+        group_id=GROUP,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,  # its offsets commit with the transactions
+        **kw,  # type: ignore[arg-type]
+    )
     c.assign(all_tps(wh, ["in"]))
     return c
 
@@ -235,6 +241,35 @@ def test_pending_transactional_offset_is_unstable(tables: Warehouse) -> None:
     assert short.committed(tp) == OffsetAndMetadata(5, "pending")
 
 
+def test_assign_mode_consumer_waits_out_a_dead_producers_offset_commit(
+    tables: Warehouse,
+) -> None:
+    """Issue 25.5: an assigned partition whose committed offset a dead producer left pending
+    is skipped by poll() (no UnstableOffsetCommitError) until the producer's transaction
+    times out and the consumer aborts it, as the subscribe path does."""
+    wh = tables
+    tp, other = TopicPartition("in", 0), TopicPartition("in", 1)
+    dead = Producer(wh, transactional_id="dead", transaction_timeout_ms=500)
+    dead.init_transactions()
+    dead.begin_transaction()
+    dead.send_offsets_to_transaction({tp: OffsetAndMetadata(5)}, GROUP)
+    dead._stop_at_exit()  # it dies here: nothing more comes from it
+    c = Consumer(wh, group_id=GROUP, isolation_level="read_committed", auto_offset_reset="earliest")
+    c.assign([tp, other])
+    first = c.poll(timeout_ms=0)
+    assert list(first) == [other]  # the stable partition is read meanwhile
+    assert [r.offset for r in first[other]] == list(range(10))
+    got: dict[TopicPartition, list[int]] = {}
+    deadline = time.monotonic() + 20
+    while tp not in got and time.monotonic() < deadline:
+        for part, records in c.poll(timeout_ms=100).items():
+            got.setdefault(part, []).extend(r.offset for r in records)
+    # Aborted: the pending offset never became the group's, so it starts at the earliest.
+    assert got == {tp: list(range(10))}
+    assert Consumer(wh, group_id=GROUP).committed(tp) is None
+    c.close()
+
+
 def test_offset_metadata_too_large(tables: Warehouse) -> None:
     wh = tables
     tp = TopicPartition("in", 0)
@@ -258,7 +293,7 @@ def test_stale_generation_is_refused(tables: Warehouse) -> None:
     tp = TopicPartition("in", 0)
     newer = Consumer(wh, group_id=GROUP, group_generation=5)
     newer.commit({tp: OffsetAndMetadata(3)})
-    older = Consumer(wh, group_id=GROUP, group_generation=4)
+    older = Consumer(wh, group_id=GROUP, group_generation=4, enable_auto_commit=False)
     with pytest.raises(IllegalGenerationError):
         older.commit({tp: OffsetAndMetadata(7)})
     same = Consumer(wh, group_id=GROUP, group_generation=5)
@@ -348,3 +383,34 @@ def test_auto_commit_commits_positions_on_poll_and_close(tables: Warehouse) -> N
     assert again.committed(tp) == OffsetAndMetadata(6)
     assert again.position(tp) == 6
     assert [r.offset for r in again.poll(max_records=100)[tp]] == [6, 7, 8, 9]
+
+
+def test_a_group_consumer_auto_commits_by_default_as_kafkas(tables: Warehouse) -> None:
+    wh = tables
+    tp = TopicPartition("in", 0)
+    assert Consumer(wh).enable_auto_commit is False  # no group: nowhere to commit
+    c = Consumer(wh, group_id="ported", auto_offset_reset="earliest")
+    assert c.enable_auto_commit is True
+    c.assign([tp])
+    assert [r.offset for r in c.poll(max_records=3)[tp]] == [0, 1, 2]
+    c.close()  # a ported kafka-python consumer's progress is committed
+    assert Consumer(wh, group_id="ported").committed(tp) == OffsetAndMetadata(3)
+
+
+def test_transactions_refuse_the_offsets_of_an_auto_committing_consumer(
+    tables: Warehouse,
+) -> None:
+    wh = tables
+    tp = TopicPartition("in", 0)
+    auto = Consumer(wh, group_id=GROUP, auto_offset_reset="earliest")
+    auto.assign([tp])
+    producer = Producer(wh, transactional_id=TID)
+    producer.init_transactions()
+    producer.begin_transaction()
+    with pytest.raises(InvalidConfigurationError, match="enable_auto_commit=False"):
+        producer.send_offsets_to_transaction({tp: OffsetAndMetadata(2)}, auto.group_metadata())
+    manual = Consumer(wh, group_id=GROUP, enable_auto_commit=False)
+    producer.send_offsets_to_transaction({tp: OffsetAndMetadata(2)}, manual.group_metadata())
+    producer.commit_transaction()  # the refusal left the transaction usable
+    assert manual.committed(tp) == OffsetAndMetadata(2)
+    producer.close()

@@ -215,10 +215,10 @@ def test_stale_completer_does_not_commit_the_next_transaction(table: Warehouse) 
     stale: list = []  # type: ignore[type-arg]
     real = p.coordinator.write_markers
 
-    def write_markers(meta, kind, results=None):  # type: ignore[no-untyped-def]
+    def write_markers(meta, kind, results=None, deadline=None):  # type: ignore[no-untyped-def]
         if not stale:
             stale.append(recoverer.load(TID))  # a recover() scan sees PrepareCommit here
-        return real(meta, kind, results)
+        return real(meta, kind, results, deadline)
 
     p.coordinator.write_markers = write_markers  # type: ignore[method-assign]
     p.begin_transaction()
@@ -353,3 +353,35 @@ def test_readers_leave_an_expired_ongoing_transaction_to_writers(table: Warehous
     # One read, then not again before the recheck delay, however often it is polled.
     assert store.reads == [TransactionCoordinator.key(TID)]
     a.abort_transaction()
+
+
+def test_a_timed_out_transaction_below_the_log_start_is_still_aborted(table: Warehouse) -> None:
+    """Issue 21.2: at protocol >= 2, delete_records past an open transaction's first batch
+    dropped that batch from the snapshot (and its checkpoints): the transaction lost its
+    transactional id, no writer aborted it at its timeout, and the LSO stayed pinned."""
+    a = Producer(table, transactional_id=TID, transaction_timeout_ms=300)
+    a.init_transactions()
+    a.begin_transaction()
+    a.send("t", value=b"open", partition=0)
+    a.flush()  # offset 0, open
+    with Producer(table, linger_ms=0) as idem:
+        assert idem.send("t", value=b"idem", partition=0).get(timeout=10).offset == 1
+    t = table.table("t")
+    assert t.delete_records({0: 2}) == {0: 2}
+    t.expire_producers(now=now_ms() + 10**9)  # the idempotent producer: upgrades to v2
+    snap = t.snapshot()
+    assert snap.protocol is not None and snap.protocol.minReaderVersion == 2
+    (held,) = t.describe().partitions[0].open_transactions
+    assert (held.producer_id, held.first_offset, held.transactional_id) == (a.producer_id, 0, TID)
+    t.checkpoint()  # a cold load from the checkpoint knows the transaction too
+    (cold,) = Warehouse(store=table.store).table("t").describe().partitions[0].open_transactions
+    assert cold == held
+    time.sleep(0.4)
+    with Producer(Warehouse(store=table.store), linger_ms=0) as other:
+        assert other.send("t", value=b"later", partition=0).get(timeout=10).offset == 2
+    assert meta_of(table)[0].state is TxnState.COMPLETE_ABORT
+    part = t.describe().partitions[0]
+    assert (part.log_start_offset, part.last_stable_offset, part.high_watermark) == (2, 4, 4)
+    assert part.open_transactions == ()
+    with pytest.raises(ProducerFencedError):
+        a.commit_transaction()

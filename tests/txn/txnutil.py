@@ -6,13 +6,14 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from txntable import Consumer, TopicPartition, Warehouse
+from txntable import Consumer, Producer, TopicPartition, Warehouse
 from txntable.groups.offsets import open_group_table
 from txntable.log.log import Log
 from txntable.protocol.actions import Action, Marker
+from txntable.storage.base import Store
 from txntable.table import Table
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -95,3 +96,33 @@ def run_python(
         timeout=timeout,
         check=check,
     )
+
+
+def one_partition_tables(
+    store: Store,
+    make_producer: Callable[..., Producer],
+    group_commit: bool,
+    tables: int = 1,
+    **producer_options: object,
+) -> tuple[Warehouse, Producer]:
+    """One-partition tables ``t0``, ``t1``, … on ``store`` and an initialised producer ``tx``."""
+    wh = Warehouse(store=store, group_commit=group_commit)
+    for i in range(tables):
+        wh.create_table(f"t{i}", partitions=1)
+    p = make_producer(wh, transactional_id="tx", **producer_options)
+    p.init_transactions()
+    return wh, p
+
+
+def committed_values(wh: Warehouse, table: str = "t0") -> list[bytes | None]:
+    """Values a read_committed consumer returns from partition 0 of ``table``, in order."""
+    consumer = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
+    try:
+        tp = TopicPartition(table, 0)
+        consumer.assign([tp])
+        out: list[bytes | None] = []
+        while consumer.position(tp) < consumer.end_offsets([tp])[tp]:
+            out.extend(r.value for r in consumer.poll(timeout_ms=0).get(tp, []))
+        return out
+    finally:
+        consumer.close()

@@ -11,12 +11,13 @@ While one is pending, ``committed()`` reports the partition as unstable (KIP-447
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from txntable.errors import (
     InvalidArgumentTypeError,
     InvalidOffsetError,
     ObjectExistsError,
+    UnknownTopicOrPartitionError,
 )
 from txntable.layout import group_root
 from txntable.log.log import Log
@@ -69,6 +70,34 @@ def check_offsets(offsets: object) -> dict[TopicPartition, OffsetAndMetadata]:
             raise InvalidOffsetError(f"offset for {tp} must be a non-negative integer")
         out[tp] = om
     return out
+
+
+def check_offset_targets(
+    group_id: str,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    partition_count: Callable[[str], int | None],
+) -> None:
+    """Refuse offsets for a table or partition that does not exist (Kafka's broker answers
+    an offset commit for one with ``UNKNOWN_TOPIC_OR_PARTITION``).
+
+    Args:
+        group_id: For the message.
+        offsets: Checked with :func:`check_offsets`.
+        partition_count: A table's partition count, ``None`` if there is no such table.
+
+    Raises:
+        UnknownTopicOrPartitionError: Naming the first such partition; nothing is committed.
+    """
+    counts: dict[str, int | None] = {}
+    for tp in sorted(offsets):
+        if tp.topic not in counts:
+            counts[tp.topic] = partition_count(tp.topic)
+        n = counts[tp.topic]
+        if n is None or not 0 <= tp.partition < n:
+            why = f"no table {tp.topic!r}" if n is None else f"table {tp.topic} has {n} partitions"
+            raise UnknownTopicOrPartitionError(
+                f"group {group_id}: cannot commit an offset for {tp}: {why}"
+            )
 
 
 def open_group_table(store: Store, group_id: str, create: bool = True) -> Table | None:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from txntable.errors import (
     CommitFailedError,
@@ -133,6 +133,9 @@ class Subscription:
         self.subscribed: frozenset[str] = frozenset()
         self._latest: GroupState | None = None
         self._lost: Exception | None = None
+        #: Set when another process joined with this member's ``group_instance_id``: fatal,
+        #: as in Kafka (re-joining would fence that process in turn, forever).
+        self.fenced: FencedInstanceIdError | None = None
         self._left_by_poll_timeout = False
         self._last_poll = time.monotonic()
         self._next_match = time.monotonic()
@@ -245,6 +248,7 @@ class Subscription:
         """Join (or re-join) the group as ``member_id`` with the current subscription."""
         c = self.consumer
         counts = self._partition_counts(self.subscribed)
+        self._schedule_refresh(counts)
         return update_group(
             self._store(),
             self.group_id,
@@ -275,7 +279,13 @@ class Subscription:
         return state
 
     def poll(self) -> None:
-        """Called at the start of every ``poll``: join, notice loss, apply a new generation."""
+        """Called at the start of every ``poll``: join, notice loss, apply a new generation.
+
+        Raises:
+            FencedInstanceIdError: Another process joined with this consumer's
+                ``group_instance_id`` (now or before): it never joins again.
+        """
+        self.check_fenced()
         self._last_poll = time.monotonic()
         with self._lock:
             lost, left, state = self._lost, self._left_by_poll_timeout, self._latest
@@ -288,18 +298,38 @@ class Subscription:
                     state = self._heartbeat_now()
                 except (UnknownMemberIdError, FencedInstanceIdError) as e:
                     lost = e
+        if isinstance(lost, FencedInstanceIdError):
+            self._fence(lost)
         if lost is not None or left:
             self.lose()
             state = None
         if self.member_id is None:
             state = self.join()
-        elif self.pattern is not None and time.monotonic() >= self._next_match:
-            self._next_match = time.monotonic() + self.consumer.metadata_max_age_ms / 1000
-            if self._match() != self.subscribed:
+        elif time.monotonic() >= self._next_match:
+            assert state is not None
+            if self._metadata_changed(state):
                 state = self.join_again()
         assert state is not None
         while state is not None and state.generation > self.generation:
             state = self._apply(state)
+
+    def _metadata_changed(self, state: GroupState) -> bool:
+        """Kafka's metadata refresh: whether the subscription now resolves to other tables
+        (a pattern) or other partition counts (a table created or grown since the group
+        last counted it) than ``state`` holds. Looked up every ``metadata_max_age_ms``, and
+        every heartbeat interval while a subscribed table does not exist."""
+        if self._match() != self.subscribed:
+            return True
+        counts = self._partition_counts(self.subscribed)
+        self._schedule_refresh(counts)
+        return any(state.partitions.get(t) != n for t, n in counts.items())
+
+    def _schedule_refresh(self, counts: dict[str, int]) -> None:
+        c = self.consumer
+        wait = c.metadata_max_age_ms
+        if len(counts) < len(self.subscribed):  # a table not created yet: look again soon
+            wait = min(wait, c.heartbeat_interval_ms)
+        self._next_match = time.monotonic() + wait / 1000
 
     def join_again(self) -> GroupState:
         """Re-join with a new subscription (a pattern matched a new table)."""
@@ -318,6 +348,16 @@ class Subscription:
         assert member_id is not None
         me = state.members.get(member_id)
         if me is None:
+            instance = c.group_instance_id
+            if instance is not None and any(
+                m.group_instance_id == instance for m in state.members.values()
+            ):
+                self._fence(
+                    FencedInstanceIdError(
+                        f"group {self.group_id}: another process joined as group_instance_id "
+                        f"{instance!r}; member {member_id} is fenced"
+                    )
+                )
             self.lose()
             return None
         new = {TopicPartition(t, p) for t, p in me.assignment}
@@ -334,7 +374,9 @@ class Subscription:
                     s, member_id, state.generation, now_ms(), c.group_instance_id
                 ),
             )
-        except (UnknownMemberIdError, FencedInstanceIdError):
+        except FencedInstanceIdError as e:
+            self._fence(e)
+        except UnknownMemberIdError:
             self.lose()
             return None
         if after.generation != state.generation and after.members.get(member_id) is not None:
@@ -370,6 +412,25 @@ class Subscription:
                     pass  # fenced meanwhile: the new owner reads what was committed before
         c.assign_from_group(set(self.owned) - revoked, set())
         self.owned -= revoked
+
+    def _fence(self, error: FencedInstanceIdError) -> NoReturn:
+        """Another process has this member's ``group_instance_id``: lose the partitions and
+        raise, now and at every later poll (Kafka's fatal FencedInstanceIdException)."""
+        self.fenced = error
+        self.lose()
+        raise FencedInstanceIdError(str(error))
+
+    def check_fenced(self) -> None:
+        """Raise the fencing error again if this member was fenced.
+
+        Raises:
+            FencedInstanceIdError: It was.
+        """
+        if self.fenced is not None:
+            raise FencedInstanceIdError(
+                f"{self.fenced} (the consumer stays fenced: close it; two consumers must not "
+                "share a group_instance_id)"
+            )
 
     def lose(self) -> None:
         """The member is out of the group: its partitions are lost (no commit)."""
@@ -416,13 +477,16 @@ class Subscription:
         return self.generation
 
     def newer_generation_owning(self, tps: set[TopicPartition]) -> int | None:
-        """A newer generation in which this member still owns every one of ``tps``."""
+        """A newer generation in which this member still owns every one of ``tps`` (read
+        from the group object; the next ``poll`` applies that generation)."""
         member_id = self.member_id
         if member_id is None:
             return None
         from txntable.groups.member import load_group
 
         state, _ = load_group(self._store(), self.group_id)
+        with self._lock:
+            self._remember(state)
         me = state.members.get(member_id)
         if me is None or state.generation <= self.generation:
             return None

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from txntable import config, errors
 from txntable.errors import (
@@ -80,7 +80,7 @@ from txntable.protocol.sequencing import (
     sequence_round,
 )
 from txntable.protocol.snapshot import TableSnapshot
-from txntable.util import now_ms
+from txntable.util import RETRIABLE, now_ms
 
 if TYPE_CHECKING:
     from txntable.table import Table
@@ -91,6 +91,12 @@ LEASE_FORMAT_VERSION = 1
 OUTCOMES_FORMAT_VERSION = 1
 #: Lost races in a row after which a solo writer looks for (or becomes) a committer.
 ESCALATE_AFTER_CONFLICTS = 2
+#: A committer with nothing to do LISTs the intents this often at first, then less often.
+IDLE_LIST_S = 0.005
+IDLE_LIST_MAX_S = 0.05
+#: Decided intents are deleted in batches of this many keys, or at least this often.
+DELETE_BATCH = 200
+DELETE_EVERY_S = 1.0
 #: Versions the outcome record covers (the newest ones).
 OUTCOME_RECORD_VERSIONS = 64
 #: A follower reads the log instead of the record after the record moved on this many
@@ -98,6 +104,7 @@ OUTCOME_RECORD_VERSIONS = 64
 RECORD_MISSES = 3
 
 Build = Callable[[TableSnapshot], CommitPlan[Any]]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -310,6 +317,8 @@ class GroupCommit:
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
         self._pool: ThreadPoolExecutor | None = None
         self._deleting: set[str] = set()  # intent keys being deleted
+        self._to_delete: set[str] = set()  # decided intent keys not deleted yet
+        self._deleted_at = time.monotonic()
         #: The outcome record as this handle last wrote or read it: version -> {intent id:
         #: [error, message, result]}, and its etag (None: not known).
         self._record: dict[int, dict[str, list[Any]]] = {}
@@ -323,56 +332,84 @@ class GroupCommit:
 
     # --- entry points ----------------------------------------------------------------
 
-    def submit(self, op: Operation, transactional_id: str | None = None) -> tuple[Any, int]:
+    def submit(
+        self, op: Operation, transactional_id: str | None = None, timeout_ms: int | None = None
+    ) -> tuple[Any, int]:
         """Commit a declarative operation; returns its result and the deciding version.
 
         Raises:
             TxnTableError: The operation was refused (the class its validation raised).
-            KafkaTimeoutError: Not decided within ``timeout_ms`` (outcome unknown).
+            KafkaTimeoutError: Not decided within ``timeout_ms`` (default: the config's;
+                outcome unknown).
         """
-        deadline = time.monotonic() + self.cfg.timeout_ms / 1000
+        deadline = self._deadline(timeout_ms)
 
         def build(s: TableSnapshot) -> CommitPlan[Any]:
             return op.plan(s, now_ms())
 
-        while True:
+        item = RoundItem(build, None, transactional_id)
+
+        def attempt() -> tuple[Any, int] | None:
             mode = self._mode()
             if mode == "committer":
-                done = self._through_committer(RoundItem(build, None, transactional_id), deadline)
-                if done is not None:
-                    return done[0].result, done[1]
-            elif mode == "follower":
+                done = self._through_committer(item, deadline)
+                return None if done is None else (done[0].result, done[1])
+            if mode == "follower":
                 return self._follow(op, transactional_id, deadline)
-            else:
-                direct = self._direct(build, transactional_id, deadline)
-                if direct is not None:
-                    return direct[0].result, direct[1]
-                self._escalate(force=False)
+            direct = self._direct(build, transactional_id, deadline)
+            if direct is not None:
+                return direct[0].result, direct[1]
+            self._escalate(force=False)
+            return None
+
+        return self._until_done(attempt, deadline)
 
     def commit(
-        self, build: Build, transactional_id: str | None = None
+        self, build: Build, transactional_id: str | None = None, timeout_ms: int | None = None
     ) -> tuple[CommitPlan[Any], int]:
         """Commit what ``build`` plans (a pure function of the snapshot, as Log.commit).
 
         Such an operation cannot be handed to another writer, so under contention this
         writer becomes the committer (taking the lease over if needed) and puts it first in
         its next round: maintenance never starves behind producers.
+
+        Raises:
+            KafkaTimeoutError: Not decided within ``timeout_ms`` (default: the config's;
+                outcome unknown).
         """
-        deadline = time.monotonic() + self.cfg.timeout_ms / 1000
+        deadline = self._deadline(timeout_ms)
         item = RoundItem(build, None, transactional_id)
-        while True:
+
+        def attempt() -> tuple[CommitPlan[Any], int] | None:
             mode = self._mode()
             if mode == "committer":
-                done = self._through_committer(item, deadline)
-                if done is not None:
-                    return done
-            elif mode == "follower":
+                return self._through_committer(item, deadline)
+            if mode == "follower":
                 self._escalate(force=True)
-            else:
-                direct = self._direct(build, transactional_id, deadline)
-                if direct is not None:
-                    return direct
+                return None
+            direct = self._direct(build, transactional_id, deadline)
+            if direct is None:
                 self._escalate(force=True)
+            return direct
+
+        return self._until_done(attempt, deadline)
+
+    def _until_done(self, attempt: Callable[[], R | None], deadline: float) -> R:
+        """Call ``attempt`` until it returns a result; an outage (a storage error) is
+        retried with backoff until ``deadline``, then raised as a timeout."""
+        outage: BaseException | None = None
+        tries = 0
+        while True:
+            self._check_deadline(deadline, outage)
+            try:
+                done = attempt()
+            except RETRIABLE as e:
+                outage = e
+                self.table.log._backoff(tries)
+                tries += 1
+                continue
+            if done is not None:
+                return done
 
     def close(self) -> None:
         """Step down if committing: the lease is released, so nobody waits for it to lapse."""
@@ -433,33 +470,45 @@ class GroupCommit:
     def _direct(
         self, build: Build, transactional_id: str | None, deadline: float
     ) -> tuple[CommitPlan[Any], int] | None:
-        """Commit alone; ``None`` after ``ESCALATE_AFTER_CONFLICTS`` lost races in a row."""
+        """Commit alone; ``None`` after ``ESCALATE_AFTER_CONFLICTS`` lost races in a row.
+
+        A storage error is an outage, not a lost race: retried with backoff until
+        ``deadline`` (then ``KafkaTimeoutError``, outcome unknown), never escalated.
+        """
         log = self.table.log
         commit_id = uuid.uuid4().hex
         attempt = 0
+        outage: BaseException | None = None
         while True:
-            self._check_deadline(deadline)
-            with self.table._lock:
-                snap = self.table.snapshot(refresh=False)
-                if snap.protocol is not None:
-                    check_protocol(snap.protocol, write=True)
-                try:
-                    plan = build(snap)
-                except TxnTableError:
-                    if log.refresh(snap):
-                        continue
-                    raise
-                if not plan.actions:
-                    if log.refresh(snap):
-                        continue
-                    return plan, snap.version
-                info = CommitInfo(
-                    now_ms(), plan.operation, commit_id, transactionalId=transactional_id
-                )
-                if log.try_put(snap, [*plan.actions, info]):
-                    self._conflicts = 0
-                    self.stats["direct"] += 1
-                    return plan, snap.version
+            self._check_deadline(deadline, outage)
+            try:
+                with self.table._lock:
+                    snap = self.table.snapshot(refresh=False)
+                    if snap.protocol is not None:
+                        check_protocol(snap.protocol, write=True)
+                    try:
+                        plan = build(snap)
+                    except TxnTableError:
+                        if log.refresh(snap):
+                            continue
+                        raise
+                    if not plan.actions:
+                        if log.refresh(snap):
+                            continue
+                        return plan, snap.version
+                    info = CommitInfo(
+                        now_ms(), plan.operation, commit_id, transactionalId=transactional_id
+                    )
+                    if log.try_put(snap, [*plan.actions, info]):
+                        self._conflicts = 0
+                        self.stats["direct"] += 1
+                        return plan, snap.version
+            except RETRIABLE as e:
+                outage = e
+                log._backoff(attempt)
+                attempt += 1
+                continue
+            outage = None
             self._conflicts += 1
             if self._conflicts >= ESCALATE_AFTER_CONFLICTS:
                 self._conflicts = 0
@@ -467,12 +516,18 @@ class GroupCommit:
             log._backoff(attempt)
             attempt += 1
 
-    def _check_deadline(self, deadline: float) -> None:
+    def _deadline(self, timeout_ms: int | None) -> float:
+        return time.monotonic() + (self.cfg.timeout_ms if timeout_ms is None else timeout_ms) / 1000
+
+    def _check_deadline(self, deadline: float, outage: BaseException | None = None) -> None:
+        """Raise once ``deadline`` has passed (``outage``: the storage error that kept the
+        commit from being decided)."""
         if time.monotonic() > deadline:
-            raise KafkaTimeoutError(
-                f"{self.table.name}: commit not decided within {self.cfg.timeout_ms} ms "
-                "(its outcome is unknown)"
+            why = f"; storage failing: {outage}" if outage is not None else ""
+            error = KafkaTimeoutError(
+                f"{self.table.name}: commit not decided in time (its outcome is unknown{why})"
             )
+            raise error from outage
 
     # --- the committer ---------------------------------------------------------------
 
@@ -501,7 +556,7 @@ class GroupCommit:
 
     def _run_committer(self) -> None:
         idle_since = time.monotonic()
-        backoff = 0.001
+        backoff = IDLE_LIST_S
         listing: Future[_Listing] | None = None
         try:
             while True:
@@ -536,16 +591,18 @@ class GroupCommit:
                     backoff = min(backoff * 2, 0.1)
                     continue
                 if foreign or locals_:
-                    backoff = 0.001
+                    backoff = IDLE_LIST_S
                     if foreign:
                         idle_since = time.monotonic()
                     continue
                 if (time.monotonic() - idle_since) * 1000 >= self.cfg.idle_ms:
                     break
+                # Idle: each look for intents is a LIST; look less often the longer it lasts.
+                self._flush_deletes(force=False)
                 with self._lock:
                     if not self._queue:
                         self._wake.wait(backoff)
-                backoff = min(backoff * 2, self.cfg.poll_ms / 1000 * 2)
+                backoff = min(backoff * 2, max(IDLE_LIST_MAX_S, self.cfg.poll_ms / 1000))
         finally:
             with self._lock:
                 held, self._held = self._held, None
@@ -554,6 +611,7 @@ class GroupCommit:
                 self._queue.clear()
             for local in leftover:
                 local.settle(again=True)
+            self._flush_deletes(force=True)
             if held is not None:
                 self.lease.release(held)
 
@@ -594,8 +652,8 @@ class GroupCommit:
                         transactionalId=plan.transactional_id,
                         intents=tuple(plan.outcomes),
                     )
-                    # The next round's listing overlaps this put.
-                    if mine is None:
+                    # A busy round's next listing overlaps its put (an idle one waits).
+                    if mine is None and intents:
                         try:
                             listing = self._executor().submit(self._list_intents)
                         except RuntimeError:  # the interpreter is shutting down
@@ -743,12 +801,23 @@ class GroupCommit:
         self._delete(done)
 
     def _delete(self, keys: list[str]) -> None:
-        """Delete decided (or expired) intents in the background, each key once at a time."""
+        """Delete decided (or expired) intents: gathered, then one batch delete in the
+        background per ``DELETE_BATCH`` keys or ``DELETE_EVERY_S`` (each key once)."""
         with self._lock:
-            keys = [k for k in keys if k not in self._deleting]
+            self._to_delete.update(k for k in keys if k not in self._deleting)
+        self._flush_deletes(force=False)
+
+    def _flush_deletes(self, force: bool) -> None:
+        with self._lock:
+            due = len(self._to_delete) >= DELETE_BATCH or (
+                time.monotonic() - self._deleted_at >= DELETE_EVERY_S
+            )
+            if not self._to_delete or not (force or due):
+                return
+            keys = sorted(self._to_delete)
+            self._to_delete.clear()
             self._deleting.update(keys)
-        if not keys:
-            return
+            self._deleted_at = time.monotonic()
 
         def delete() -> None:
             try:
@@ -911,6 +980,7 @@ class GroupCommit:
             current = self.lease.read()
         self._seen = current
         self._round([], None, mine=intent)
+        self._flush_deletes(force=True)
 
 
 #: Handles whose committer thread may still run; stopped when the interpreter exits.

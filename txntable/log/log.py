@@ -24,6 +24,7 @@ from txntable import config, layout
 from txntable.errors import (
     CommitConflictError,
     CorruptLogError,
+    KafkaTimeoutError,
     ObjectExistsError,
     ObjectNotFoundError,
     StorageError,
@@ -53,7 +54,7 @@ from txntable.protocol.actions import (
 )
 from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
 from txntable.storage.base import Store
-from txntable.util import now_ms
+from txntable.util import RETRIABLE, now_ms
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -123,6 +124,12 @@ class CommitStats:
 #: Versions a handle that is far behind reads at once (:meth:`Log.catch_up`).
 CATCH_UP_READS = 16
 
+#: A put that completes longer than this after its handle last listed the log is checked
+#: (one LIST) before it counts: log cleanup may have deleted its version meanwhile. Far
+#: below the hour for which the store must date a checkpoint before cleanup deletes the
+#: versions under it, far above the minute between a writer's listings.
+PUT_RECHECK_MS = 10 * 60 * 1000
+
 #: Actions per checkpoint part: a larger state is written in several parts.
 CHECKPOINT_PART_ACTIONS = 50_000
 
@@ -174,7 +181,7 @@ class Log:
         store: Store,
         root: str,
         checkpoint_interval: int = config.CHECKPOINT_INTERVAL_DEFAULT,
-        max_attempts: int = config.COMMIT_MAX_ATTEMPTS_DEFAULT,
+        commit_timeout_ms: int = config.COMMIT_TIMEOUT_MS_DEFAULT,
         backoff_ms: int = config.COMMIT_BACKOFF_MS_DEFAULT,
         backoff_max_ms: int = config.COMMIT_BACKOFF_MAX_MS_DEFAULT,
         gap_check_interval_ms: int = config.LOG_GAP_CHECK_INTERVAL_MS_DEFAULT,
@@ -182,7 +189,8 @@ class Log:
         self.store = store
         self.root = root
         self.checkpoint_interval = checkpoint_interval
-        self.max_attempts = max_attempts
+        #: How long :meth:`commit` retries lost races and transient storage errors.
+        self.commit_timeout_ms = commit_timeout_ms
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
         #: How often a handle that keeps refreshing (or committing) lists the log to make
@@ -376,7 +384,7 @@ class Log:
                 newest = self.load().version
             except TxnTableError:
                 newest = None
-        available = "none" if newest is None else f"[0, {newest}]"
+        available = "none" if newest is None else f"0..{newest}"
         return VersionNotFoundError(
             f"{self.root}: cannot time travel to version {version}; available versions: {available}"
         )
@@ -490,6 +498,12 @@ class Log:
                 # taken while writers commit can hold version N+1 but not N. N is there:
                 # read on, and check again above it.
                 return self._probe(snap, up_to) + self.check_tip(snap, up_to)
+            covering = [c for c in listing.checkpoints if c >= missing]
+            if covering:
+                # Missing below a checkpoint is not corruption: log cleanup deletes the
+                # versions below one (the handle loaded the table before it ran), and the
+                # checkpoint holds their state. Go on from it.
+                return self._reload(snap, covering, listing, up_to, missing)
             raise CorruptLogError(
                 f"{self.root}: log version {missing} is missing, but {proof} exists: a "
                 "version was deleted; restore it (or the table) from a backup",
@@ -500,6 +514,62 @@ class Log:
             return self._probe(snap, up_to)
         return 0
 
+    def _reload(
+        self,
+        snap: TableSnapshot,
+        checkpoints: list[int],
+        listing: LogListing,
+        up_to: int | None,
+        missing: int,
+    ) -> int:
+        """Replace ``snap`` (in place) by the newest readable of ``checkpoints`` (at most
+        ``up_to``), then read on from it; return how many versions that moved it.
+
+        Raises:
+            VersionNotAvailableError: Every such checkpoint is beyond ``up_to``: the target
+                version was cleaned up.
+            CorruptLogError: None of them is readable.
+        """
+        usable = sorted((c for c in checkpoints if up_to is None or c <= up_to), reverse=True)
+        if not usable:
+            assert up_to is not None
+            raise VersionNotAvailableError(up_to, min(checkpoints))
+        for c in usable:
+            try:
+                loaded = self.read_checkpoint(c, listing.parts_of(c))
+            except CorruptLogError as e:
+                _log.warning("skipping damaged checkpoint: %s", e)
+                continue
+            if loaded is None:
+                continue
+            _log.info(
+                "%s: versions from %d are gone below checkpoint %d (log cleanup): reloading "
+                "from it",
+                self.root,
+                missing,
+                c,
+            )
+            moved = loaded.version - snap.version
+            snap.become(loaded)
+            return moved + self._probe(snap, up_to) + self.check_tip(snap, up_to)
+        raise CorruptLogError(
+            f"{self.root}: log version {missing} is missing, but checkpoint {usable[0]} "
+            "exists and no checkpoint after the missing version is readable: restore the "
+            "version (or the table) from a backup",
+            self.version_key(missing),
+        )
+
+    def earliest_version(self) -> int:
+        """The oldest version still readable: 0 (never deleted), or, on a log whose
+        versions 1.. log cleanup deleted, the oldest checkpoint kept (one LIST then)."""
+        if self.read_version(1) is not None or self.read_version(0) is None:
+            return 0
+        listing = self.listing()
+        later = [v for v in listing.versions if v > 0]
+        if not later:
+            return 0
+        return min((v for v in listing.checkpoints if v >= later[0] - 1), default=later[0])
+
     # --- writing --------------------------------------------------------------------------
 
     def commit(
@@ -507,6 +577,7 @@ class Log:
         snap: TableSnapshot,
         build: Callable[[TableSnapshot], CommitPlan[T]],
         transactional_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[CommitPlan[T], int]:
         """Commit the actions ``build`` makes from the newest state, retrying on conflict.
 
@@ -516,40 +587,62 @@ class Log:
         ``build`` is raised only once the snapshot is confirmed newest (by a refresh), so a
         stale handle never refuses what the current table allows.
 
+        Lost races and transient storage errors are retried, with backoff, for
+        ``timeout_ms`` (default ``commit_timeout_ms``): a time budget, not an attempt count.
+
         Returns:
             The plan that was committed (or needed no write) and the version it is in
             (``snap.version`` when nothing was written).
 
         Raises:
-            CommitConflictError: If ``max_attempts`` attempts all lost the race.
+            KafkaTimeoutError: Storage kept failing until the budget was spent; whether the
+                commit landed is unknown (a retry of an idempotent append resolves it).
+            CommitConflictError: Every attempt lost a race until the budget was spent
+                (nothing was written).
         """
+        budget_ms = self.commit_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + budget_ms / 1000
         commit_id = uuid.uuid4().hex
         if snap.protocol is not None:
             check_protocol(snap.protocol, write=True)
-        for attempt in range(self.max_attempts):
+        attempt = 0
+        while True:
+            failure: BaseException | None = None  # an outage (None: a lost race)
             try:
-                plan = build(snap)
-            except TxnTableError:
-                # The attempt starts from a snapshot that may be stale (optimistic): a plan
-                # refused by validation is only final against the newest version.
-                if self.refresh(snap):
-                    continue
-                raise
-            if not plan.actions:
-                # "Nothing to write" (all duplicates, markers already written) is only a
-                # valid conclusion against the newest version: a stale snapshot would not
-                # conflict on anything, so confirm by refreshing first.
-                if self.refresh(snap):
-                    continue
-                return plan, snap.version
-            info = CommitInfo(now_ms(), plan.operation, commit_id, transactionalId=transactional_id)
-            if self.try_put(snap, [*plan.actions, info]):
-                return plan, snap.version
+                try:
+                    plan = build(snap)
+                except TxnTableError:
+                    # The attempt starts from a snapshot that may be stale (optimistic): a
+                    # plan refused by validation is only final against the newest version.
+                    if self.refresh(snap):
+                        continue
+                    raise
+                if not plan.actions:
+                    # "Nothing to write" (all duplicates, markers already written) is only a
+                    # valid conclusion against the newest version: a stale snapshot would
+                    # not conflict on anything, so confirm by refreshing first.
+                    if self.refresh(snap):
+                        continue
+                    return plan, snap.version
+                info = CommitInfo(
+                    now_ms(), plan.operation, commit_id, transactionalId=transactional_id
+                )
+                if self.try_put(snap, [*plan.actions, info]):
+                    return plan, snap.version
+            except RETRIABLE as e:
+                failure = e  # an outage is not a lost race: retried within the budget too
+            if time.monotonic() >= deadline:
+                if failure is not None:
+                    raise KafkaTimeoutError(
+                        f"{self.root}: commit not decided within {budget_ms} ms while storage "
+                        f"failed; its outcome is unknown ({failure})"
+                    ) from failure
+                raise CommitConflictError(
+                    f"{self.root}: lost every race for version {snap.version + 1} for "
+                    f"{budget_ms} ms; nothing was written"
+                )
             self._backoff(attempt)
-        raise CommitConflictError(
-            f"{self.root}: gave up after {self.max_attempts} attempts to commit version "
-            f"{snap.version + 1}"
-        )
+            attempt += 1
 
     def try_put(self, snap: TableSnapshot, actions: list[Action]) -> bool:
         """One attempt to write ``actions`` as the version after ``snap`` (put-if-absent).
@@ -561,7 +654,9 @@ class Log:
 
         Raises:
             CorruptLogError: A version is missing below the tip (never fill a gap).
-            TransientStorageError: The read-back of an ambiguous put failed too.
+            TransientStorageError: The put failed and the version is absent (an outage, not
+                a lost race: the caller retries within its time budget), or the read-back
+                of an ambiguous put failed too.
         """
         info = actions[-1]
         assert isinstance(info, CommitInfo)
@@ -583,16 +678,50 @@ class Log:
             self.stats.ambiguous += 1
             written = self.read_version(version)
             if written is None:
-                return False
+                raise
             if not any(
                 isinstance(a, CommitInfo) and a.commitId == info.commitId for a in written
             ):
                 self.stats.conflicts += 1
                 self.refresh(snap)
                 return False
+        if self._put_outlived_listing() and self._below_a_checkpoint(snap, version):
+            return False
         snap.apply(version, actions, key)
         self.stats.commits += 1
         self._maybe_checkpoint(snap)
+        return True
+
+    def _put_outlived_listing(self) -> bool:
+        """Whether this handle's last listing is older than :data:`PUT_RECHECK_MS` (the put
+        just made completed long after it: the process was paused, or the request hung)."""
+        listed = self._listed_at
+        return listed is None or (time.monotonic() - listed) * 1000 > PUT_RECHECK_MS
+
+    def _below_a_checkpoint(self, snap: TableSnapshot, version: int) -> bool:
+        """After a slow put of ``version``: whether a checkpoint above it exists, so that
+        log cleanup may have deleted ``version`` before the put re-created it, below the
+        checkpoint every reader loads. Then ``snap`` is reloaded from that checkpoint and
+        the put is not accepted (the caller plans again: a version that did count is in
+        the reloaded state, and its batches are duplicates then).
+
+        Log cleanup waits until the store dates a checkpoint an hour old, and a writer
+        lists at least once a minute, so only a put that outlived its listing by that much
+        can land there; one LIST after such a put rules it out.
+        """
+        listing = self.listing(after=version)
+        self._gap_checked_at = self._listed_at = time.monotonic()
+        above = [c for c in listing.checkpoints if c > version]
+        if not above:
+            return False
+        _log.warning(
+            "%s: version %d was put long after this handle listed the log, and checkpoint %d "
+            "exists above it: not counting it, reloading from the checkpoint",
+            self.root,
+            version,
+            max(above),
+        )
+        self._reload(snap, above, listing, None, version)
         return True
 
     def _backoff(self, attempt: int) -> None:

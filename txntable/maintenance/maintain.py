@@ -42,8 +42,8 @@ from txntable.maintenance.retention import (
 from txntable.maintenance.vacuum import first_version_since, version_time
 from txntable.protocol.actions import MAINTENANCE_PROTOCOL_VERSION
 from txntable.protocol.schema import layout_of
-from txntable.protocol.snapshot import TableSnapshot
-from txntable.util import now_ms
+from txntable.protocol.snapshot import PartitionState, TableSnapshot
+from txntable.util import Progress, now_ms
 
 if TYPE_CHECKING:
     from txntable.maintenance.vacuum import VacuumReport
@@ -126,12 +126,16 @@ class LogCleanupReport:
     earliest_version: int | None = None
     versions_deleted: int = 0
     checkpoints_deleted: int = 0
+    #: Checkpoints old enough by commit time but not by the store's clock (or undated).
+    too_young: list[int] = field(default_factory=list)
 
 
 @dataclass
 class MaintenanceReport:
     """Everything ``Table.maintain`` did, step by step (``None``: the step did not run)."""
 
+    #: Transactional ids whose decided, unfinished transaction was completed.
+    decided: list[str] | None = None
     retention: RetentionReport | None = None
     expiry: ExpiryReport | None = None
     rewrite: RewriteReport | None = None
@@ -150,6 +154,7 @@ def rewrite(
     now: int | None = None,
     target_bytes: int | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> RewriteReport:
     """Merge (``compact=False``) or key-compact the table's partitions below their LSO.
 
@@ -160,6 +165,8 @@ def rewrite(
         now: Clock for tombstone horizons (tests).
         target_bytes: Output segment size (default: the table's ``segment.bytes``).
         force: Compact even below ``min.cleanable.dirty.ratio``.
+        progress: Told the input bytes read, phase ``"keys"`` (compaction's first pass,
+            per partition) and ``"rewrite"`` (per merged segment).
     """
     clock = now_ms() if now is None else now
     snap = table.snapshot()
@@ -168,16 +175,23 @@ def rewrite(
     target = cfg.segment_bytes if target_bytes is None else target_bytes
     report = RewriteReport()
     outputs = []
+    planned: list[tuple[PartitionState, list[MergeRun]]] = []
     for part in snap.partitions:
         if compact and not force and dirty_ratio(part) < cfg.min_cleanable_dirty_ratio:
             continue
         runs: list[MergeRun] = plan_groups(part, target, rewrite_all=compact)
-        if not runs:
-            continue
+        if runs:
+            planned.append((part, runs))
+    total = sum(run.input_bytes for _, runs in planned for run in runs)
+    indexed = 0
+    for part, runs in planned:
         compaction = None
         if compact:
             latest = latest_offsets(table.store, runs, layout)
             compaction = Compaction(latest, clock, cfg.delete_retention_ms)
+            indexed += sum(run.input_bytes for run in runs)
+            if progress is not None:
+                progress("keys", indexed, total)
         for run in runs:
             segment, kept, dropped = rewrite_run(
                 table.store,
@@ -194,6 +208,8 @@ def rewrite(
             report.records_dropped += dropped
             report.bytes_read += run.input_bytes
             report.bytes_written += segment.size
+            if progress is not None:
+                progress("rewrite", report.bytes_read, total)
     if not outputs:
         return report
     plan, version = table.commit(lambda s: plan_commit(s, outputs))
@@ -243,15 +259,23 @@ def expire_producers(table: Table, now: int | None = None) -> ExpiryReport:
 # --- checkpoints and log cleanup --------------------------------------------------------
 
 
-def checkpoint(table: Table) -> CheckpointReport:
+def checkpoint(table: Table, progress: Progress | None = None) -> CheckpointReport:
     """Write a checkpoint of the latest version now.
+
+    Args:
+        progress: Told phase ``"write"`` in entries: none before, all once written (one
+            object: nothing in between).
 
     Raises:
         StorageError: If the checkpoint or its hint could not be written.
     """
     snap = table.snapshot()
-    written = table.log.write_checkpoint(snap, strict=True)
     listing_size = sum(len(p.entries) for p in snap.partitions)
+    if progress is not None:
+        progress("write", 0, listing_size)
+    written = table.log.write_checkpoint(snap, strict=True)
+    if progress is not None:
+        progress("write", listing_size, listing_size)
     return CheckpointReport(snap.version, written, listing_size)
 
 
@@ -276,8 +300,17 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
     if first_inside == snap.version and (version_time(log, snap.version) or 0) < cutoff:
         first_inside += 1  # even the latest version is outside: its checkpoint qualifies
     listing = log.listing()
+    # The window is also measured on the store's clock, the one clock every client shares:
+    # a version the store dated less than version.retention.ms ago may be the one a writer
+    # that listed the log a moment ago is about to put (it lists at least once a minute),
+    # however far ahead ``now`` or this client's clock is.
+    store_now = table.store.clock_ms()
     keep: int | None = None
     for v in sorted((c for c in listing.checkpoints if c < first_inside), reverse=True):
+        written = table.store.modified_ms(log.version_key(v))
+        if written is None or store_now - written < cfg.version_retention_ms:
+            report.too_young.append(v)
+            continue
         try:
             cp = log.read_checkpoint(v, listing.parts_of(v))
         except TxnTableError as e:
@@ -312,14 +345,22 @@ def clean_log(table: Table, now: int | None = None) -> LogCleanupReport:
 
 
 def maintain(
-    table: Table, now: int | None = None, vacuum: bool = True, dry_run: bool = False
+    table: Table,
+    now: int | None = None,
+    vacuum: bool = True,
+    dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> MaintenanceReport:
     """Run every maintenance step the table's configuration calls for, in order.
 
-    Retention, producer expiry, compaction (``cleanup.policy`` with ``compact``) or merge,
-    a checkpoint, log cleanup, and (``vacuum``) deletion of segment files no version in the
-    retention window references. A step that fails is reported and the next still runs.
+    Completion of decided transactions their producers left unfinished (see
+    :meth:`Table.finish_decided_transactions`), retention, producer expiry, compaction
+    (``cleanup.policy`` with ``compact``) or merge, a checkpoint, log cleanup, and
+    (``vacuum``) deletion of segment files no version in the retention window references.
+    A step that fails is reported and the next still runs.
     ``dry_run`` only reports what vacuum would delete and skips the other steps.
+    ``progress`` is told phase ``"steps"`` (steps done) and the phases of the steps that
+    report theirs.
     """
     from txntable.maintenance.vacuum import vacuum as run_vacuum
 
@@ -329,22 +370,30 @@ def maintain(
     steps: list[tuple[str, Callable[[], object]]] = []
     if not dry_run:
         steps = [
+            ("decided", lambda: table.finish_decided_transactions(clock)),
             ("retention", lambda: apply_retention(table, clock)),
             ("expiry", lambda: expire_producers(table, clock)),
-            ("rewrite", lambda: rewrite(table, compact=cfg.compact, now=clock)),
-            ("checkpoint", lambda: checkpoint(table)),
+            ("rewrite", lambda: rewrite(table, cfg.compact, clock, progress=progress)),
+            ("checkpoint", lambda: checkpoint(table, progress)),
             ("log_cleanup", lambda: clean_log(table, clock)),
         ]
     if vacuum:
         steps.append(
-            ("vacuum", lambda: run_vacuum(table, cfg.version_retention_ms, dry_run, clock))
+            (
+                "vacuum",
+                lambda: run_vacuum(table, cfg.version_retention_ms, dry_run, clock, progress),
+            )
         )
-    for name, step in steps:
+    for done, (name, step) in enumerate(steps):
+        if progress is not None:
+            progress("steps", done, len(steps))
         try:
             setattr(report, name, step())
         except TxnTableError as e:
             _log.warning("maintenance of %s: %s failed: %s", table.name, name, e)
             report.errors.append(f"{name}: {type(e).__name__}: {e}")
+    if progress is not None:
+        progress("steps", len(steps), len(steps))
     return report
 
 
@@ -367,7 +416,11 @@ class AutoMaintenance:
     """Starts ``maintain`` in a background thread when a table needs it (one at a time).
 
     A producer calls :meth:`after_commit` after each commit; it costs a clock read, and at
-    most once per ``maintenance.interval.ms`` a check of the producer's own snapshot.
+    most once per ``maintenance.interval.ms`` a check of the producer's own snapshot. Then,
+    even when nothing else is due, the background thread completes the decided
+    transactions of the table that their producers left unfinished (see
+    :meth:`Table.finish_decided_transactions`): what bounds how long a decided short-path
+    commit stays invisible when its producer died.
     """
 
     def __init__(self, open_table: Callable[[str], Table]) -> None:
@@ -391,18 +444,24 @@ class AutoMaintenance:
             running = self._running.get(table.name)
             if running is not None and running.is_alive():
                 return
-            if not maintenance_due(snap, cfg, now_ms()):
-                return
+            due = maintenance_due(snap, cfg, now_ms())
             thread = threading.Thread(
-                target=self._run, args=(table.name,), name="txntable-maintenance", daemon=True
+                target=self._run,
+                args=(table.name, due, cfg.interval_ms),
+                name="txntable-maintenance",
+                daemon=True,
             )
             self._running[table.name] = thread
         thread.start()
 
-    def _run(self, name: str) -> None:
+    def _run(self, name: str, due: bool, interval_ms: int) -> None:
         try:
             own = self._open_table(name)
-            maintain(own, vacuum=False)
+            if due:
+                maintain(own, vacuum=False)  # its first step completes decided transactions
+            else:
+                # One writer of the table per interval sweeps (the others read one object).
+                own.finish_decided_transactions(once_per_ms=interval_ms)
         except Exception:  # noqa: BLE001 - background work: never kill the producer
             _log.exception("background maintenance of %s failed", name)
 

@@ -46,6 +46,7 @@ from txntable.protocol.snapshot import (
     PartitionState,
     TableSnapshot,
     entry_size,
+    retained_from,
 )
 from txntable.read.reader import (
     read_segment,
@@ -158,15 +159,15 @@ def dirty_ratio(part: PartitionState) -> float:
 def _runs_still_current(snap: TableSnapshot, runs: Sequence[MergeRun]) -> list[MergeRun]:
     """The runs whose entries are still exactly what the snapshot holds (a rebase check).
 
-    A run whose first entry is wholly below the log start is not current either: on a v1
-    table a concurrent ``delete_records`` keeps the entries, but the upgrade to v2 in the
-    same commit drops them, and the segment would then start at no retained entry.
+    A run whose first entry is wholly below where v2 keeps entries is not current either:
+    on a v1 table a concurrent ``delete_records`` keeps the entries, but the upgrade to v2 in
+    the same commit drops them, and the segment would then start at no retained entry.
     """
     out = []
     for run in runs:
         part = snap.partition(run.partition)
         now = tuple(part.entries_between(run.base_offset, run.end_offset))
-        dropped = min(part.log_start_offset, part.last_stable_offset)
+        dropped = retained_from(part)
         if (
             now == run.entries
             and run.end_offset <= part.last_stable_offset

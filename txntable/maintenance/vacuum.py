@@ -23,17 +23,23 @@ from txntable import config
 from txntable.errors import CorruptLogError, InvalidConfigurationError, ObjectNotFoundError
 from txntable.layout import data_dir, intents_prefix, segment_created_ms
 from txntable.log.log import Log
+from txntable.mirror.publisher import mirror_referenced_keys
 from txntable.protocol.actions import CommitInfo, Marker
 from txntable.protocol.sequencing import AppendOp, Intent
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.table import Table
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
-from txntable.util import now_ms
+from txntable.util import Progress, now_ms
 
 #: Delta's default: a week, far beyond any delivery timeout or Spark job.
 RETENTION_MS_DEFAULT = config.VERSION_RETENTION_MS_DEFAULT
 #: Below this, a slow writer's not-yet-committed segment could be deleted.
 RETENTION_MS_MIN = config.VERSION_RETENTION_MS_MIN
+#: How far vacuum's clock may run ahead of the store's: every millisecond of it shortens the
+#: time a segment written just now (by a clock near the store's) is safe from deletion.
+CLOCK_AHEAD_MAX_MS = 5 * 60 * 1000
+#: Listed files between two progress reports.
+_PROGRESS_EVERY = 1000
 
 
 @dataclass
@@ -50,11 +56,18 @@ def vacuum(
     retention_ms: int = RETENTION_MS_DEFAULT,
     dry_run: bool = False,
     now: int | None = None,
+    progress: Progress | None = None,
 ) -> VacuumReport:
     """Delete ``table``'s unreferenced segment files older than ``retention_ms``.
 
+    Args:
+        progress: Told phase ``"list"`` (files listed, total unknown) then ``"delete"``
+            (files deleted of those to delete; not in a dry run).
+
     Raises:
-        InvalidConfigurationError: ``retention_ms`` is below one hour.
+        InvalidConfigurationError: ``retention_ms`` is below one hour, or (unless
+            ``dry_run``) ``now`` — or this machine's clock — is more than
+            :data:`CLOCK_AHEAD_MAX_MS` ahead of the store's clock.
     """
     if retention_ms < RETENTION_MS_MIN:
         raise InvalidConfigurationError(
@@ -62,14 +75,34 @@ def vacuum(
             "retrying could lose a segment it is about to commit"
         )
     clock = now_ms() if now is None else now
+    if not dry_run:
+        store_now = table.store.clock_ms()
+        if clock - store_now > CLOCK_AHEAD_MAX_MS:
+            # A segment is old when its name's time is older than clock - retention_ms: with
+            # a clock hours ahead, one a writer is about to commit would be deleted under it.
+            raise InvalidConfigurationError(
+                f"vacuum's clock ({clock}) is {(clock - store_now) / 60_000:.0f} minutes ahead "
+                f"of the store's ({store_now}); more than "
+                f"{CLOCK_AHEAD_MAX_MS // 60_000} would delete segments still being committed "
+                "(a dry run may look ahead)"
+            )
     snap = table.snapshot()
     referenced = referenced_paths(snap)
     oldest = first_version_since(table.log, clock - retention_ms, snap.version)
     if oldest < snap.version:
         referenced |= referenced_paths(table.log.load(oldest))
     referenced |= _intent_paths(table)
+    # Files the Delta mirror lists, or removed from it within the period: readers of the
+    # mirror (pinned to an older mirror version too) never lose a file under them.
+    assert snap.metadata is not None
+    referenced |= mirror_referenced_keys(
+        table.store, table.name, snap.metadata.tableId, clock - retention_ms
+    )
     report = VacuumReport(referenced=len(referenced))
-    for key in table.store.list(data_dir(table.name)):
+    listed = 0
+    for listed, key in enumerate(table.store.list(data_dir(table.name)), 1):
+        if progress is not None and listed % _PROGRESS_EVERY == 0:
+            progress("list", listed, 0)
         if key in referenced:
             continue
         created = segment_created_ms(key)
@@ -77,8 +110,14 @@ def vacuum(
             report.undated.append(key)
         elif clock - created > retention_ms:
             report.deleted.append(key)
-            if not dry_run:
-                table.store.delete(key)
+    if progress is not None:
+        progress("list", listed, listed)
+    if dry_run:
+        return report
+    for deleted, key in enumerate(report.deleted, 1):
+        table.store.delete(key)
+        if progress is not None:
+            progress("delete", deleted, len(report.deleted))
     return report
 
 
@@ -100,21 +139,10 @@ def version_time(log: Log, version: int) -> int | None:
     return max((a.timestamp for a in actions if isinstance(a, CommitInfo)), default=0)
 
 
-def earliest_version(log: Log) -> int:
-    """The oldest version still readable: 0, or the oldest checkpoint of a truncated log."""
-    if log.read_version(1) is not None or log.read_version(0) is None:
-        return 0
-    listing = log.listing()
-    later = [v for v in listing.versions if v > 0]
-    if not later:
-        return 0
-    return min((v for v in listing.checkpoints if v >= later[0] - 1), default=later[0])
-
-
 def first_version_since(log: Log, since_ms: int, latest: int) -> int:
     """The oldest readable version committed at or after ``since_ms`` (binary search on
     commit timestamps: O(log versions) reads), else ``latest``."""
-    lo, hi = earliest_version(log), latest
+    lo, hi = log.earliest_version(), latest
     while lo < hi:
         mid = (lo + hi) // 2
         ts = version_time(log, mid)

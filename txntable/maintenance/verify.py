@@ -32,8 +32,9 @@ from txntable.errors import (
     ObjectNotFoundError,
     OutOfOrderSequenceError,
     SchemaMismatchError,
+    TxnTableError,
 )
-from txntable.layout import data_dir
+from txntable.layout import data_dir, segment_created_ms, segment_dirs
 from txntable.protocol.actions import (
     AbortedTxn,
     Action,
@@ -55,6 +56,7 @@ from txntable.protocol.records import merged_offsets
 from txntable.protocol.schema import TypedLayout, layout_of
 from txntable.protocol.snapshot import PartitionState, TableSnapshot, apply_action
 from txntable.protocol.typed import decode_typed
+from txntable.txn.coordinator import TransactionCoordinator, TxnMetadata, TxnState
 
 if TYPE_CHECKING:
     from txntable.log.log import Log, LogListing
@@ -117,6 +119,14 @@ RULES: dict[str, tuple[Severity, str]] = {
     "merge.offsets": ("error", "a merged segment's offsets increase inside its range"),
     "expire.open-transaction": ("error", "an expired producer has nothing open"),
     "checkpoint.only": ("error", "partitionStart and producerState appear in checkpoints only"),
+    "txn.marker-missing": (
+        "error",
+        "a transaction its coordinator has moved past has its marker in the log",
+    ),
+    "segment.after-tip": (
+        "warning",
+        "no unreferenced segment is newer than the newest version",
+    ),
 }
 
 _COMMIT_ID = re.compile(r"[0-9a-f]{32}")
@@ -208,6 +218,11 @@ class LogChecker:
             for e in part.entries:
                 if not isinstance(e, Marker) and e.path:
                     self._paths[e.path] = snapshot.version
+
+    @property
+    def referenced_paths(self) -> set[str]:
+        """Every segment file a version (or the starting checkpoint) has referenced."""
+        return set(self._paths)
 
     def skip_to(self, version: int, reason: str, rule: str = "log.missing-version") -> None:
         """Record that versions up to ``version`` cannot be applied, and move past them.
@@ -427,8 +442,8 @@ class LogChecker:
             )
             return
         if seg.path:
-            prefix = data_dir(self.name, seg.partition)
-            if not seg.path.startswith(prefix) or "/" in seg.path[len(prefix) :]:
+            if not in_segment_dir(self.name, seg.partition, seg.path):
+                prefix = data_dir(self.name, seg.partition)
                 self._report("merge.path", f"segment {seg.path} is not under {prefix}", at=loc)
             if seg.path in self._paths:
                 self._report(
@@ -465,8 +480,8 @@ class LogChecker:
             self._apply(b)
             return
         loc = (p, b.baseOffset)
-        prefix = data_dir(self.name, p)
-        if not b.path.startswith(prefix) or "/" in b.path[len(prefix) :]:
+        if not in_segment_dir(self.name, p, b.path):
+            prefix = data_dir(self.name, p)
             self._report("batch.path", f"segment {b.path} is not under {prefix}", at=loc)
         if b.path in self._paths:
             self._report(
@@ -659,7 +674,7 @@ def compare_snapshots(version: int, expected: TableSnapshot, got: TableSnapshot)
         differ("partition count")
     for exp, cp in zip(expected.partitions, got.partitions, strict=False):
         for f in dataclasses.fields(PartitionState):
-            if getattr(exp, f.name) != getattr(cp, f.name):
+            if f.compare and getattr(exp, f.name) != getattr(cp, f.name):
                 differ(f.name.replace("_", " "), exp.partition)
     return out
 
@@ -769,12 +784,21 @@ def verify_log(
     # Log cleanup keeps version 0 and deletes 1 .. C-1: start from a checkpoint then too.
     later = [v for v in versions if v > 0]
     truncated = bool(later) and later[0] > 1
+    if not versions or versions[0] != 0:
+        # Log cleanup never deletes version 0: without it readers see no table at all.
+        report.add(
+            [Violation("log.missing-version", "version 0 is missing: readers see no table "
+                       "(create_table refuses the name); restore it from a backup", 0,
+                       path=log.version_key(0))]
+        )
     if not versions or versions[0] != 0 or truncated:
         start = _start_from_checkpoint(log, checker, later if truncated else versions, listing)
         if start is None:
+            present = later if truncated else versions
+            first = present[0] if present else None
             report.add(
-                [Violation("log.missing-version", "version 0 is missing and no checkpoint "
-                           "replaces the versions before the first one present", 0)]
+                [Violation("log.missing-version", "no checkpoint replaces the versions before "
+                           f"version {first}: they cannot be checked", first)]
             )
             return report
         report.start_version = start
@@ -805,7 +829,14 @@ def verify_log(
         report.add(checker.finish())
         report.add(_check_hint(log, checkpoints, checker.snapshot.version))
         report.version = checker.snapshot.version
+        if not group_log:
+            report.add(_check_open_transactions(log, checker.snapshot))
         if segments:
+            report.add(
+                unreferenced_after_tip(
+                    checker.snapshot, checker.referenced_paths, log.store.list(data_dir(name))
+                )
+            )
             batches = [
                 e
                 for part in checker.snapshot.partitions
@@ -821,6 +852,116 @@ def verify_log(
                 if progress is not None:
                     progress("segments", i, len(batches))
     return report
+
+
+def transaction_over(meta: TxnMetadata, pid: int, epoch: int) -> bool:
+    """Whether the coordinator object ``meta`` proves that the transaction producer ``pid``
+    ran at ``epoch`` is complete, so that its markers are written (pure).
+
+    Complete writes every marker before its CAS, and every later state of the object comes
+    after that CAS: a state of the same producer at a later epoch, or a completion that
+    rotated the id away from ``pid``, means the markers exist. A ``PrepareAbort`` one epoch
+    later may be the fencing abort of this very transaction, still writing its markers.
+    """
+    if meta.producer_id != pid:
+        return (
+            meta.last_producer_id == pid
+            and meta.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT, TxnState.EMPTY)
+            and meta.last_producer_epoch >= epoch
+        )
+    if meta.state in (TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+        return meta.producer_epoch > epoch + 1
+    return meta.producer_epoch > epoch
+
+
+def _check_open_transactions(log: Log, snap: TableSnapshot) -> list[Violation]:
+    """Open transactions whose coordinator object says they are complete: their marker is
+    gone, so the newest version(s) were deleted (issue 19.12).
+
+    The objects are read after the log: a transaction that completed meanwhile is not
+    flagged when its marker is found in the versions committed since.
+    """
+    suspects: list[tuple[int, int, Batch]] = []
+    for part in snap.partitions:
+        for pid, first in sorted(part.ongoing.items()):
+            entry = part.entry_at(first)
+            if isinstance(entry, Batch) and entry.transactionalId is not None:
+                suspects.append((part.partition, pid, entry))
+    if not suspects:
+        return []
+    coordinator = TransactionCoordinator(log.store)
+    loaded: dict[str, TxnMetadata | None] = {}
+    over = []
+    for p, pid, batch in suspects:
+        tid = batch.transactionalId
+        assert tid is not None
+        if tid not in loaded:
+            try:
+                got = coordinator.load(tid)
+            except TxnTableError:
+                got = None  # a damaged or unreadable object proves nothing here
+            loaded[tid] = got[0] if got is not None else None
+        meta = loaded[tid]
+        if meta is not None and transaction_over(meta, pid, batch.producerEpoch):
+            over.append((p, pid, batch, meta))
+    if not over:
+        return []
+    closed = _markers_after(log, snap.version)
+    return [
+        Violation(
+            "txn.marker-missing",
+            f"transaction {batch.transactionalId!r} (producer {pid}, epoch "
+            f"{batch.producerEpoch}) is open from offset {batch.baseOffset}, but its "
+            f"coordinator object is {meta.state.value} at producer {meta.producer_id} epoch "
+            f"{meta.producer_epoch}: the version holding its marker was deleted",
+            snap.version,
+            p,
+            batch.baseOffset,
+        )
+        for p, pid, batch, meta in over
+        if (p, pid) not in closed
+    ]
+
+
+def _markers_after(log: Log, version: int) -> set[tuple[int, int]]:
+    """(partition, producer) of the markers in the versions after ``version`` (read until
+    the first missing one)."""
+    out: set[tuple[int, int]] = set()
+    while True:
+        version += 1
+        try:
+            actions = log.read_version(version)
+        except CorruptLogError:
+            continue
+        if actions is None:
+            return out
+        out.update((a.partition, a.producerId) for a in actions if isinstance(a, Marker))
+
+
+def unreferenced_after_tip(
+    snap: TableSnapshot, referenced: set[str], keys: Iterable[str]
+) -> list[Violation]:
+    """Segment files that no version references, created after the newest version was
+    committed (pure, given the listing): an append still in flight, one that gave up, or
+    the segments of a deleted newest version."""
+    tip = snap.last_commit_timestamp
+    late = sorted(
+        key
+        for key in keys
+        if key not in referenced and (segment_created_ms(key) or -1) > tip
+    )
+    if not late:
+        return []
+    shown = ", ".join(late[:3]) + (f" and {len(late) - 3} more" if len(late) > 3 else "")
+    return [
+        Violation(
+            "segment.after-tip",
+            f"{len(late)} segment(s) no version references were written after the newest "
+            f"version {snap.version} was committed ({shown}): appends in flight or "
+            "abandoned, or the newest version(s) were deleted",
+            snap.version,
+        )
+    ]
 
 
 def _start_from_checkpoint(
@@ -894,3 +1035,10 @@ def _check_hint(log: Log, checkpoints: set[int], latest: int) -> list[Violation]
             )
         ]
     return []
+
+
+def in_segment_dir(table: str, partition: int, path: str) -> bool:
+    """Whether ``path`` is a file directly in one of the partition's segment directories."""
+    return any(
+        path.startswith(d) and "/" not in path[len(d) :] for d in segment_dirs(table, partition)
+    )

@@ -375,7 +375,7 @@ def typed_columns(
 
     Raises:
         pyarrow.ArrowInvalid: A value ``send`` let through does not convert after all
-            (the records' futures fail with it).
+            (the producer fails the records' futures with a ``SerializationError``).
     """
     parts = sorted(columns.threads.values(), key=lambda t: t.slot)
     values: list[Any] = [v for t in parts for v in t.values]

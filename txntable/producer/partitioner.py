@@ -67,6 +67,8 @@ def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
         valid = np.asarray(keys.is_valid())
         rows = np.flatnonzero(valid)
         starts, lengths = starts[rows], lengths[rows]
+        if not rows.size:  # every key null: nothing to hash (and no length to take)
+            return out.view(np.int32)
     else:
         rows = None
     first = int(lengths[0]) if len(lengths) else 0

@@ -30,19 +30,22 @@ from txntable import config
 from txntable.errors import (
     BufferExhaustedError,
     IllegalStateError,
+    InternalError,
     InvalidArgumentTypeError,
     InvalidConfigurationError,
     InvalidTxnStateError,
     KafkaTimeoutError,
-    OutOfOrderSequenceError,
+    OffsetsUnknownError,
     ProducerFencedError,
     RecordTooLargeError,
     SerializationError,
+    TableNotFoundError,
     TransientStorageError,
     TxnTableError,
     UnknownTopicOrPartitionError,
 )
 from txntable.groups.offsets import (
+    check_offset_targets,
     check_offsets,
     open_group_table,
 )
@@ -65,9 +68,8 @@ from txntable.producer.accumulator import (
 from txntable.producer.futures import FutureRecordMetadata, FutureSendBatch, ProduceResult
 from txntable.producer.partitioner import StickyPartitioner
 from txntable.producer.transaction_manager import ClientTxnState, TransactionManager
-from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Batch
 from txntable.protocol.append import AppendResult, PendingBatch
-from txntable.protocol.producer_state import BatchMetadata
 from txntable.protocol.records import (
     encode_table,
     record_sizes,
@@ -83,9 +85,15 @@ from txntable.structs import (
     TopicPartition,
 )
 from txntable.table import Table
-from txntable.txn.coordinator import TransactionCoordinator, TxnMetadata
+from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnMetadata
 from txntable.txn.recovery import StuckTransactionFinisher
-from txntable.util import retry_transient
+from txntable.util import (
+    RETRIABLE,
+    deadline_after,
+    remaining_ms,
+    retry_transient,
+    within_timeout,
+)
 from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
@@ -225,6 +233,9 @@ class Producer:
         self._txn_error: TxnTableError | None = None
         self._coordinator_cache: tuple[TxnMetadata, str] | None = None
         self._end_retry: Callable[[], None] | None = None
+        #: Whether the transaction being ended is decided: True (PrepareCommit), False
+        #: (PrepareAbort), None (not known to be).
+        self._decided: bool | None = None
         self._finisher = (
             StuckTransactionFinisher(
                 self.coordinator,
@@ -243,10 +254,10 @@ class Producer:
         self._tables: dict[str, Table] = {}
         self._partitioner = StickyPartitioner()
         self._num_partitions: dict[str, int] = {}
-        #: Typed tables sent to: their layouts and per-column value checkers.
+        #: Typed tables sent to: their layouts and per-column value converters.
         self._typed: set[str] = set()
         self._layouts: dict[str, TypedLayout] = {}
-        self._checkers: dict[str, dict[str, Callable[[Any], None]]] = {}
+        self._converters: dict[str, dict[str, Callable[[Any], Any]]] = {}
         # Records larger than this are refused (they could never be buffered or sent).
         self._record_limit = min(max_request_size, buffer_memory)
         # send() seals a table's column lists once they hold this many record bytes, so
@@ -319,10 +330,19 @@ class Producer:
     def commit_transaction(self) -> None:
         """Flush, then commit: markers on every partition written, atomically decided.
 
+        Once the commit is decided (the coordinator's PrepareCommit), this call either
+        finishes it or raises ``KafkaTimeoutError``, after which the only legal call is
+        ``commit_transaction()`` again (``abort_transaction()`` is refused): a decided
+        commit is never reported as failed.
+
         Raises:
+            KafkaTimeoutError: The outcome is unknown, or the commit is decided but not
+                finished within ``delivery_timeout_ms``; call ``commit_transaction()``
+                again to finish it.
             ProducerFencedError: A newer instance took over; nothing of this
                 transaction becomes visible.
-            TxnTableError: A send of the transaction failed; call ``abort_transaction``.
+            TxnTableError: A send of the transaction failed, or the commit was refused
+                before it was decided; call ``abort_transaction``.
         """
         txn = self._require_txn()
         if txn.state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
@@ -341,14 +361,22 @@ class Producer:
         self._end_transaction(commit=True)
 
     def _take_for_short_path(self) -> dict[str, list[ProducerBatch]] | None:
-        """Take the buffers if the whole transaction is still buffered and fits one segment
-        per partition, else ``None``."""
+        """Take the buffers if the whole transaction is still buffered, goes to one table
+        and fits one segment per partition, else ``None``.
+
+        One log only: its one version makes data and markers visible at once. Across
+        several logs the versions land one after the other, and a transaction whose
+        producer dies between them must hold the others' LSO (the normal path's open
+        batches do; a short path's data is in no log before its markers).
+        """
         self._seal_all()
         with self._cond:
-            if self._sending or self._txn_partitions:
+            if self._sending or self._txn_partitions or self._txn_error is not None:
                 return None
             queues = sorted((tp, q) for tp, q in self._queues.items() if q.runs)
             if not queues or any(q.record_bytes > self.max_request_size for _, q in queues):
+                return None
+            if len({tp.topic for tp, _ in queues}) > 1:
                 return None
             by_table: dict[str, list[ProducerBatch]] = {}
             for tp, q in queues:
@@ -363,12 +391,21 @@ class Producer:
         txn = self._require_txn()
         segments = [s for items in by_table.values() for s in items]
         try:
-            intent = {t: tuple(self._write_segments(t, items)) for t, items in by_table.items()}
+            deadline = deadline_after(self.delivery_timeout_ms)
+            intent = {
+                t: tuple(self._write_segments(t, items, deadline)) for t, items in by_table.items()
+            }
+        except Exception as e:
+            error = InternalError.wrap(e)
+            for segment in segments:
+                segment.fail(error)
+            txn.fail(error, fatal=isinstance(error, ProducerFencedError))
+            if error is e:
+                raise
+            raise error from e
         except BaseException as e:
             for segment in segments:
                 segment.fail(e)
-            if isinstance(e, TxnTableError):
-                txn.fail(e, fatal=isinstance(e, ProducerFencedError))
             raise
         finally:
             self._round_done(segments)
@@ -382,25 +419,34 @@ class Producer:
         tid = self.transactional_id or ""
         pid, epoch = self.producer_id, self.producer_epoch
         results: dict[str, AppendResult] = {}
+        deadline = deadline_after(self.delivery_timeout_ms)
         try:
             done, etag = self._retry(
                 lambda: self.coordinator.commit_short_path(
-                    tid, pid, epoch, intent, self._coordinator_cache, results
-                )
+                    tid,
+                    pid,
+                    epoch,
+                    intent,
+                    self._coordinator_cache,
+                    results,
+                    deadline,
+                    self._on_decided,
+                ),
+                remaining_ms(deadline),
             )
-        except (TransientStorageError, OSError) as e:
+        except Exception as e:
             self._coordinator_cache = None
-            raise KafkaTimeoutError(
-                f"commit outcome unknown ({e}); call commit_transaction() again to finish it"
-            ) from e
-        except TxnTableError as e:
-            self._coordinator_cache = None
+            if self._decided is not None or isinstance(e, RETRIABLE):
+                raise self._unfinished(True, e) from e
+            error = InternalError.wrap(e)
             self._end_retry = None
             for items in by_table.values():
                 for segment in items:
-                    segment.fail(e)
-            txn.fail(e, fatal=isinstance(e, ProducerFencedError))
-            raise
+                    segment.fail(error)
+            txn.fail(error, fatal=isinstance(error, ProducerFencedError))
+            if error is e:
+                raise
+            raise error from e
         for topic, items in by_table.items():
             table = self._table(topic)
             appended = results.get(topic)
@@ -409,23 +455,64 @@ class Producer:
                     segment.resolve(base)
                 continue
             for segment, batch in zip(items, intent[topic], strict=True):
-                meta = self._committed_batch(table, segment.partition, batch)
-                if meta is None:  # another client finished our decision: catch up once
-                    table.snapshot(refresh=True)
-                    meta = self._committed_batch(table, segment.partition, batch)
-                assert meta is not None, "a committed short-path batch is in the log"
-                segment.resolve(meta.base_offset)
+                # Another client finished our decision: find the batch it committed.
+                found = self._committed_offset(table, segment.partition, batch)
+                if found is None:
+                    segment.fail(
+                        OffsetsUnknownError(
+                            f"the transaction committed {batch.count} records to {topic} "
+                            f"partition {segment.partition}, completed by another client; "
+                            "their offsets are no longer known (merged or expired since)"
+                        )
+                    )
+                else:
+                    segment.resolve(found)
         self._coordinator_cache = (done, etag)
         self._transaction_ended(done.producer_id, done.producer_epoch)
         for topic in by_table:
             self._finish_stuck_transactions(self._table(topic))
 
-    @staticmethod
-    def _committed_batch(table: Table, partition: int, batch: PendingBatch) -> BatchMetadata | None:
-        entry = table.snapshot(refresh=False).partition(partition).producers.get(batch.producer_id)
-        if entry is None:
-            return None
-        return entry.find_duplicate(batch.producer_epoch, batch.base_sequence, batch.last_sequence)
+    def _committed_offset(self, table: Table, partition: int, batch: PendingBatch) -> int | None:
+        """The base offset of a short-path batch another client committed: by its
+        sequences in the producer state, else by its segment in the partition's batches
+        (the producer state may have expired). ``None`` if neither holds it any more."""
+        part = self._retry(table.snapshot).partition(partition)
+        entry = part.producers.get(batch.producer_id)
+        if entry is not None:
+            meta = entry.find_duplicate(
+                batch.producer_epoch, batch.base_sequence, batch.last_sequence
+            )
+            if meta is not None:
+                return meta.base_offset
+        for committed in reversed(part.entries):  # rare: only after a completion by another
+            if isinstance(committed, Batch) and committed.path == batch.path:
+                return committed.baseOffset
+        return None
+
+    def _end_other_way(self, tid: str, pid: int, epoch: int) -> None:
+        """Continue after a transaction that completed the other way than asked."""
+        loaded = self._retry(lambda: self.coordinator.load(tid))
+        if loaded is not None and TransactionCoordinator.completed_for(loaded[0], pid, epoch):
+            self._transaction_ended(loaded[0].producer_id, loaded[0].producer_epoch)
+
+    def _on_decided(self, committed: bool) -> None:
+        """The coordinator's Prepare CAS landed (or was found): from now on the transaction
+        can only be finished, never ended the other way."""
+        self._decided = committed
+
+    def _unfinished(self, commit: bool, error: BaseException) -> KafkaTimeoutError:
+        """What ``commit_transaction`` / ``abort_transaction`` raises when its end did not
+        finish: the same call must be made again (Kafka's rule after a timeout)."""
+        verb = "commit" if commit else "abort"
+        if self._decided is None:
+            state = f"{verb} outcome unknown"
+        else:
+            decided = "commit" if self._decided else "abort"
+            state = f"the transaction is decided to {decided}, but not finished"
+        return KafkaTimeoutError(
+            f"{state} ({type(error).__name__}: {error}); call {verb}_transaction() again "
+            "to finish it"
+        )
 
     def _transaction_ended(self, producer_id: int, producer_epoch: int) -> None:
         """Continue under the epoch the completed transaction bumped to (KIP-890)."""
@@ -434,6 +521,7 @@ class Producer:
         self._txn_partitions = {}
         self._txn_error = None
         self._end_retry = None
+        self._decided = None
         self._require_txn().transition(_C.READY)
 
     def abort_transaction(self) -> None:
@@ -442,6 +530,14 @@ class Producer:
         if txn.state is _C.ABORTING_TRANSACTION and self._end_retry is not None:
             self._end_retry()  # the previous attempt's outcome was unknown: finish it
             return
+        if txn.state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
+            # Kafka: after a commit timed out, only retrying the commit is legal. Its
+            # decision may have been made: aborting now could report a commit as aborted.
+            decided = " (it is decided to commit)" if self._decided else ""
+            raise InvalidTxnStateError(
+                f"cannot abort: commit_transaction() did not finish{decided}; call "
+                "commit_transaction() again to finish it"
+            )
         txn.require("abort a transaction", _C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
         txn.transition(_C.ABORTING_TRANSACTION)
         self._drop_buffered(InvalidTxnStateError("transaction aborted before send"))
@@ -462,6 +558,10 @@ class Producer:
             KafkaTimeoutError: Storage kept failing for ``max_block_ms``; the transaction
                 must be aborted.
             ProducerFencedError: The producer was fenced.
+            InvalidConfigurationError: ``group_metadata`` comes from a consumer that
+                auto-commits (nothing is sent; the transaction is unaffected).
+            UnknownTopicOrPartitionError: A table or partition that does not exist; nothing
+                is sent and the transaction goes on.
         """
         txn = self._require_txn()
         offsets = check_offsets(offsets)  # before anything: a wrong type fails no transaction
@@ -474,7 +574,15 @@ class Producer:
                 "group_metadata must be a ConsumerGroupMetadata (consumer.group_metadata()) or "
                 f"a group id, not {type(group_metadata).__name__}"
             )
+        if meta.auto_commit:
+            # Its plain commits of positions would move the group past records whose
+            # transaction may still abort: exactly-once needs auto-commit off (Kafka too).
+            raise InvalidConfigurationError(
+                f"the consumer of group {meta.group_id} auto-commits its positions: create it "
+                "with enable_auto_commit=False to commit its offsets in transactions"
+            )
         txn.require("send offsets to a transaction", _C.IN_TRANSACTION)
+        check_offset_targets(meta.group_id, offsets, self._offset_partition_count)
         assert self.transactional_id is not None
         tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
 
@@ -518,31 +626,41 @@ class Producer:
             return
         self._coordinator_cache = None
         tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
+        deadline = deadline_after(self.delivery_timeout_ms)
         try:
             # Transient errors (an unresolved ambiguous write) are retried: EndTxn resumes its
             # own prepared decision, so a retry never decides twice.
             new_pid, new_epoch = self._retry(
-                lambda: self.coordinator.end_transaction(tid, pid, epoch, commit)
+                lambda: self.coordinator.end_transaction(
+                    tid, pid, epoch, commit, deadline, self._on_decided
+                ),
+                remaining_ms(deadline),
             )
-        except (TransientStorageError, OSError) as e:
-            # Outcome unknown (Kafka's commit timeout): the same call must be retried.
-            self._end_retry = lambda: self._end_transaction(commit)
-            verb = "commit" if commit else "abort"
-            raise KafkaTimeoutError(
-                f"{verb} outcome unknown ({e}); call {verb}_transaction() again to finish it"
-            ) from e
         except ProducerFencedError as e:
             txn.fail(e, fatal=True)
             raise
-        except TxnTableError as e:
+        except Exception as e:
+            if self._decided is not None and self._decided != commit:
+                # It completed the other way (a commit whose decision this producer never
+                # saw land, found by the abort): it is over; say how it ended.
+                self._end_other_way(tid, pid, epoch)
+                raise
+            if self._decided is not None or isinstance(e, RETRIABLE):
+                # Decided (markers still missing) or outcome unknown (Kafka's commit
+                # timeout): only the same call may follow, and it finishes the decision.
+                self._end_retry = lambda: self._end_transaction(commit)
+                raise self._unfinished(commit, e) from e
+            error = InternalError.wrap(e)
             if commit:
                 self._end_retry = None
-                txn.fail(e, fatal=False)
+                txn.fail(error, fatal=False)
             else:
                 # An abort stays ABORTING_TRANSACTION (it never falls back to an abortable
                 # error, as in Kafka): calling abort_transaction() again retries it.
                 self._end_retry = lambda: self._end_transaction(commit)
-            raise
+            if error is e:
+                raise
+            raise error from e
         self._transaction_ended(new_pid, new_epoch)
 
     # --- sending -------------------------------------------------------------------------
@@ -570,11 +688,19 @@ class Producer:
             )
             layout = table.layout
             if layout is not None:
-                self._checkers[topic] = layout.checkers()
+                self._converters[topic] = layout.converters()
                 self._layouts[topic] = layout
                 self._typed.add(topic)
             n = self._num_partitions[topic] = table.num_partitions
         return n
+
+    def _offset_partition_count(self, topic: str) -> int | None:
+        """A table's partition count for an offset commit, ``None`` if there is no such
+        table."""
+        try:
+            return self._partition_count(topic)
+        except TableNotFoundError:
+            return None
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -592,12 +718,16 @@ class Producer:
         partition: int | None = None,
         headers: Sequence[Header] | None = None,
         timestamp: int | None = None,
+        *,
+        timestamp_ms: int | None = None,
     ) -> FutureRecordMetadata:
         """Buffer a record for ``topic``; the future completes when its batch is committed.
 
         With no ``partition``, the partition is chosen when the buffered records are sealed
         (vectorised murmur2 of the key as Kafka's Java client; the sticky partition for a
-        null key), and reported by the future.
+        null key), and reported by the future. ``timestamp_ms`` is kafka-python's name of
+        ``timestamp`` (give one of them; kafka-python's positional order differs after
+        ``key``: pass ``headers``, ``partition`` and the timestamp by name).
 
         Raises:
             SerializationError: Key, value, a header or the timestamp has the wrong type.
@@ -611,6 +741,10 @@ class Producer:
         """
         # The per-record path: validation, one tuple appended without a lock, and a handle.
         # Partitioning, Arrow conversion, futures and memory accounting are per batch.
+        if timestamp_ms is not None:
+            if timestamp is not None:
+                raise InvalidArgumentTypeError("give timestamp or timestamp_ms, not both")
+            timestamp = timestamp_ms
         if self._closed or self._sender_error is not None:
             self._check_usable()
         txn = self.txn
@@ -718,11 +852,12 @@ class Producer:
                 f"table {topic} has Kafka's record: value must be bytes, not {type(value).__name__}"
             )
         try:
-            size = RECORD_OVERHEAD + check_record(value, layout, self._checkers[topic])
+            record, size = check_record(value, layout, self._converters[topic])
         except SerializationError:
             if not self._reload_layout(topic):
                 raise
             return self._send_typed(topic, value, key, partition, headers, timestamp)
+        size += RECORD_OVERHEAD
         if size > self._record_limit:
             raise self._too_large(size)
         if partition is None:
@@ -730,7 +865,6 @@ class Producer:
         elif not 0 <= partition < num_partitions:
             raise UnknownTopicOrPartitionError(f"table {topic} has no partition {partition}")
         row_memory = size + PY_RECORD_OVERHEAD
-        record = dict(value)  # the caller may reuse its dict
         ident = _get_ident()
         while True:  # as send(): lock-free appends to this thread's lists
             columns = self._open.get(topic)
@@ -770,7 +904,7 @@ class Producer:
         if layout is None or layout == self._layouts.get(topic):
             return False
         self._seal(topic)
-        self._checkers[topic] = layout.checkers()
+        self._converters[topic] = layout.converters()
         self._layouts[topic] = layout
         return True
 
@@ -846,12 +980,17 @@ class Producer:
             estimate = piece.nbytes * (1 + copies) + (stop - start) * ROW_BOOKKEEPING
             try:
                 self._wait_for_memory(topic, estimate, reserve=True)
-            except BufferExhaustedError as e:
-                result.fail(n - start, e)
+                self._queue_rows(
+                    topic, piece, sizes[start:stop], partition, result, start, estimate
+                )
+            except Exception as e:
+                error = InternalError.wrap(e)
+                result.fail(n - start, error)
                 if start and self.txn is not None:
-                    self.txn.fail(e, fatal=False)  # half a batch must not be committed
-                raise
-            self._queue_rows(topic, piece, sizes[start:stop], partition, result, start, estimate)
+                    self.txn.fail(error, fatal=False)  # half a batch must not be committed
+                if error is e:
+                    raise
+                raise error from e
             _return_freed_memory()
             start = stop
         return FutureSendBatch(result)
@@ -991,7 +1130,11 @@ class Producer:
                 table, timestamps, explicit, bases = columns.columns()
                 sizes = record_sizes(table)
             else:
-                table, timestamps, explicit, bases = typed_columns(columns, layout)
+                try:
+                    table, timestamps, explicit, bases = typed_columns(columns, layout)
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                    # A value send() let through that does not convert after all.
+                    raise SerializationError(f"a record of table {topic}: {e}") from e
                 sizes = typed_record_sizes(table)
             result.bases = bases
             partitions = choose_partitions(
@@ -1005,18 +1148,44 @@ class Producer:
             )
             result.start(n, timestamps)
             runs = seal(table, sizes, partitions, result, 0)
+        except Exception as e:
+            # Sealing runs in whichever thread fills the buffer: the batch's records fail
+            # (their futures hold the error) and the producer goes on with the next batch.
+            error = InternalError.wrap(e)
+            if error is not e:
+                _log.error("sealing a batch of %s failed", topic, exc_info=e)
+            self._fail_columns(columns, error)
+            self._on_send_error(error, sequenced=False)
+            return
         except BaseException as e:
-            if not result.started:
-                result.start(n, np.zeros(n, np.int64))
-            result.fail(n, e)
-            self._release(columns.memory)
+            self._fail_columns(columns, e)
             raise
         self._enqueue(topic, runs, columns.memory)  # the lists are freed with ``columns``
         _return_freed_memory()
 
-    def flush(self) -> None:
-        """Send everything buffered and wait until it is committed (or failed)."""
-        self._wait_all()
+    def _fail_columns(self, columns: RecordColumns, error: BaseException) -> None:
+        n = len(columns)
+        if not columns.result.started:
+            columns.result.start(n, np.zeros(n, np.int64))
+        columns.result.fail(n, error)
+        self._release(columns.memory)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered and wait until it is committed (or failed).
+
+        Args:
+            timeout: Seconds to wait at most (kafka-python's argument); ``None``: no limit.
+
+        Raises:
+            KafkaTimeoutError: Records were still in flight after ``timeout`` seconds (they
+                stay buffered and are still sent).
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+        ):
+            raise InvalidArgumentTypeError(f"timeout must be seconds >= 0, not {timeout!r:.40}")
+        if not self._wait_all(timeout):
+            raise KafkaTimeoutError(f"flush: records still in flight after {timeout} s")
 
     def _pending_results(self) -> set[ProduceResult]:
         with self._lock:
@@ -1028,10 +1197,11 @@ class Producer:
                 pending.update(segment.results())
         return pending
 
-    def _wait_all(self) -> None:
+    def _wait_all(self, timeout: float | None = None) -> bool:
+        """Wait for every buffered record; whether all were done within ``timeout``."""
         pending = self._pending_results()
         if not pending:
-            return
+            return True
         with self._cond:
             # Only buffered records need the flag (the sender clears it when it drains);
             # set with nothing buffered, it outlived this call and the next record was sent
@@ -1039,8 +1209,12 @@ class Producer:
             if self._open or self._sealing or any(q.runs for q in self._queues.values()):
                 self._flush_requested = True
             self._cond.notify_all()
-        for result in pending:
-            result.wait(None)  # an error is the future's; transactional errors kept apart
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for result in pending:  # an error is the future's; transactional errors kept apart
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.wait(left):
+                return False
+        return True
 
     def _drop_buffered(self, error: TxnTableError) -> None:
         with self._seal_lock:
@@ -1063,19 +1237,16 @@ class Producer:
 
         As Kafka's producer does on a graceful close ("Aborting incomplete transaction due
         to shutdown"), so a closed producer never leaves a transaction pinning the LSO
-        until its timeout.
+        until its timeout. A commit that did not finish (``commit_transaction`` raised a
+        timeout) is finished instead: it may be decided. Ending the transaction is tried
+        once; if it fails, that is logged and the producer closes all the same (whatever
+        was decided is finished by ``recover()``, a reader or writer of its tables after
+        the grace period, or maintenance; an undecided one is aborted at its timeout).
         """
         if self._closed:
             return
-        if self.txn is not None and (
-            self.txn.state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR)
-            or (self.txn.state is _C.ABORTING_TRANSACTION and self._end_retry is not None)
-        ):
-            try:
-                self.abort_transaction()
-            except ProducerFencedError as e:
-                # A newer instance owns the id and has aborted this transaction already.
-                _log.info("not aborting on close: %s", e)
+        if self.txn is not None:
+            self._end_on_close(self.txn)
         self.flush()
         with self._cond:
             self._closed = True
@@ -1088,6 +1259,29 @@ class Producer:
             table.close()
         self.coordinator.close()
         _LIVE.discard(self)
+
+    def _end_on_close(self, txn: TransactionManager) -> None:
+        state = txn.state
+        try:
+            if state is _C.COMMITTING_TRANSACTION and self._end_retry is not None:
+                self.commit_transaction()  # finish it: it may be decided
+            elif state in (_C.IN_TRANSACTION, _C.ABORTABLE_ERROR) or (
+                state is _C.ABORTING_TRANSACTION and self._end_retry is not None
+            ):
+                self.abort_transaction()
+        except ProducerFencedError as e:
+            # A newer instance owns the id and has ended this transaction already.
+            _log.info("not ending the transaction on close: %s", e)
+        except TxnTableError as e:
+            decided = {True: "decided to commit", False: "decided to abort", None: "open"}
+            _log.warning(
+                "producer %s closes with its transaction %s and not finished (%s): "
+                "recover(), a reader or writer of its tables, or its timeout finishes it",
+                self.transactional_id,
+                decided[self._decided],
+                e,
+            )
+            self._drop_buffered(IllegalStateError("the producer was closed"))
 
     def _stop_at_exit(self) -> None:
         """Stop the sender at interpreter exit, before pyarrow finalizes its S3 client.
@@ -1110,14 +1304,15 @@ class Producer:
         self._sender.join(EXIT_JOIN_TIMEOUT_S)
         state = self.txn.state if self.txn is not None else None
         unfinished = state not in (None, _C.UNINITIALIZED, _C.READY, _C.FATAL_ERROR)
+        decided = {True: ", decided to commit", False: ", decided to abort", None: ""}
         if unsent or unfinished:
             _log.warning(
                 "txntable producer %s was not closed before exit: %d buffered records were "
                 "not sent%s",
                 self.transactional_id or hex(id(self)),
                 unsent,
-                f"; its transaction was left {state.value} (recover() or its timeout "
-                "finishes it)"
+                f"; its transaction was left {state.value}{decided[self._decided]} "
+                "(recover() or its timeout finishes it)"
                 if unfinished and state is not None
                 else "",
             )
@@ -1162,8 +1357,8 @@ class Producer:
                     self._cond.wait(wait)
             try:
                 self._seal_all()
-            except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
-                self._on_unexpected_error(e)  # the sealed rows' futures hold the error
+            except Exception as e:  # noqa: BLE001 - a batch's failure is its futures'; this
+                self._on_unexpected_error(e)  # is the sender's own machinery failing
             with self._cond:
                 segments = self._take_round()
                 if not self._has_buffered():
@@ -1201,15 +1396,23 @@ class Producer:
         for topic, segments in by_table.items():
             try:
                 self._send_table(topic, segments)
-            except Exception as e:  # noqa: BLE001 - a bug must still fail the futures
-                # The producer's state first: a caller woken by a failed future sees it.
-                if isinstance(e, TxnTableError):
-                    self._on_send_error(e)
+            except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
+                if isinstance(e, RETRIABLE):
+                    # Kafka's batch expiry: the outcome is unknown, the time is up.
+                    error: TxnTableError = KafkaTimeoutError(
+                        f"batch of {topic} not committed within delivery_timeout_ms="
+                        f"{self.delivery_timeout_ms} (outcome unknown: {e})"
+                    )
+                    error.__cause__ = e
                 else:
-                    self._on_unexpected_error(e)
+                    error = InternalError.wrap(e)
+                    if error is not e:
+                        _log.error("sending a batch of %s failed", topic, exc_info=e)
+                # The producer's state first: a caller woken by a failed future sees it.
+                self._on_send_error(error)
                 for segment in segments:
                     if not segment.settled:
-                        segment.fail(e)
+                        segment.fail(error)
 
     def _on_unexpected_error(self, e: Exception) -> None:
         # Unexpected (a bug or an unmapped library error): fail every later call, rather
@@ -1219,18 +1422,29 @@ class Producer:
         if self.txn is not None:
             self.txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
 
-    def _on_send_error(self, error: TxnTableError) -> None:
+    def _on_send_error(self, error: TxnTableError, sequenced: bool = True) -> None:
+        """A batch failed: a transaction can only be aborted now; an idempotent producer
+        whose batch took sequence numbers (``sequenced``) continues under a new epoch."""
         if self.txn is not None:
             fatal = isinstance(error, ProducerFencedError)
             self._txn_error = error
             self.txn.fail(error, fatal=fatal)
-        elif isinstance(error, OutOfOrderSequenceError):
-            # Sequences of the lost batch are burnt: continue under a fresh epoch (KIP-360).
-            self.producer_epoch += 1
+        elif sequenced and self.enable_idempotence and self.producer_id != NO_PRODUCER_ID:
+            # KIP-360: the failed batch's sequences were taken and never reached the log (or
+            # its outcome is unknown), so the next batch would leave a gap and be refused as
+            # out of order; continuing under a fresh epoch restarts every sequence at 0
+            # without reusing one that may be in the log.
+            if self.producer_epoch + 1 >= MAX_PRODUCER_EPOCH:
+                self.producer_id = NO_PRODUCER_ID  # exhausted: a new id at the next send
+            else:
+                self.producer_epoch += 1
             self._sequences.clear()
 
-    def _write_segments(self, topic: str, segments: list[ProducerBatch]) -> list[PendingBatch]:
-        """Write one segment per partition; assign sequences (once, kept on retry)."""
+    def _write_segments(
+        self, topic: str, segments: list[ProducerBatch], deadline: float
+    ) -> list[PendingBatch]:
+        """Write one segment per partition; assign sequences (once, kept on retry).
+        Failing puts are retried until ``deadline`` (``time.monotonic()``)."""
         table = self._table(topic)
         sequences = []
         for segment in segments:
@@ -1252,7 +1466,7 @@ class Producer:
                 data = encode_table(rows)
                 low, high = timestamp_range(rows)
                 path = table.segment_key(segment.partition, new_segment_name())
-                puts.append(self._submit_put(path, data))
+                puts.append(self._submit_put(path, data, deadline))
                 pending.append(
                     PendingBatch(
                         partition=segment.partition,
@@ -1278,7 +1492,7 @@ class Producer:
             self._partitioner.on_new_batch(topic, table.num_partitions)
         return pending
 
-    def _submit_put(self, path: str, data: bytes) -> Future[None]:
+    def _submit_put(self, path: str, data: bytes, deadline: float) -> Future[None]:
         """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
         with self._cond:
             self._queued_memory += len(data)
@@ -1287,26 +1501,39 @@ class Producer:
 
         def put() -> None:
             try:
-                self._put_segment(path, data)
+                self._retry(
+                    lambda: self.store.put_data_file(path, data), remaining_ms(deadline)
+                )
             finally:
                 self._release(len(data))
 
         return self._pool.submit(put)
 
     def _send_table(self, topic: str, segments: list[ProducerBatch]) -> None:
+        """Write and commit one round's segments of ``topic``, retrying transient storage
+        errors for ``delivery_timeout_ms`` in all (Kafka's ``delivery.timeout.ms``)."""
+        deadline = deadline_after(self.delivery_timeout_ms)
         self._ensure_producer_id()
         table = self._table(topic)
-        pending = self._write_segments(topic, segments)
+        pending = self._write_segments(topic, segments, deadline)
         if self.txn is not None:
             new = {s.partition for s in segments} - self._txn_partitions.get(topic, set())
             if new:
                 assert self.transactional_id is not None
                 self._coordinator_cache = None
                 tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
-                self._retry(lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}))
+                self._retry(
+                    lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}),
+                    remaining_ms(deadline),
+                )
                 self._txn_partitions.setdefault(topic, set()).update(new)
         result, _ = self._retry(
-            lambda: table.append(pending, transactional_id=self.transactional_id)
+            lambda: table.append(
+                pending,
+                transactional_id=self.transactional_id,
+                timeout_ms=remaining_ms(deadline),
+            ),
+            remaining_ms(deadline),
         )
         # Before the futures complete, so a flush() returns with stuck transactions gone.
         self._finish_stuck_transactions(table)
@@ -1327,9 +1554,6 @@ class Producer:
         if self._finisher is not None:
             self._finisher.check(table.snapshot(refresh=False))
 
-    def _put_segment(self, path: str, data: bytes) -> None:
-        self._retry(lambda: self.store.put_data_file(path, data))
-
     def _retry(self, fn: Callable[[], T], timeout_ms: int | None = None) -> T:
         """Run ``fn``, retrying transient storage errors until ``delivery_timeout_ms``.
 
@@ -1347,12 +1571,9 @@ class Producer:
             KafkaTimeoutError: Storage kept failing for ``max_block_ms`` (Kafka's
                 ``TimeoutException`` of a blocking producer call).
         """
-        try:
-            return self._retry(fn, self.max_block_ms)
-        except (TransientStorageError, OSError) as e:
-            raise KafkaTimeoutError(
-                f"{what} did not finish within max_block_ms={self.max_block_ms} ({e})"
-            ) from e
+        return within_timeout(
+            fn, self.max_block_ms, what, "max_block_ms", give_up=lambda: self._exiting
+        )
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partition numbers of ``topic``.

@@ -389,15 +389,27 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def loads_strict(data: str | bytes) -> Any:
-    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity``.
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        names = [k for k, _ in pairs]
+        twice = next(k for i, k in enumerate(names) if k in names[:i])
+        raise ValueError(f"key {twice!r} appears twice in an object")
+    return obj
 
-    Python's decoder accepts them by default; RFC 8259 (and the spec) does not.
+
+def loads_strict(data: str | bytes) -> Any:
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity``, and an object
+    with a key twice.
+
+    Python's decoder accepts both by default; RFC 8259 (and the spec) does not allow the
+    constants, and leaves duplicate names to each parser (Python keeps the last value, other
+    readers the first or an error), so a duplicate would let two readers disagree.
 
     Raises:
         ValueError: If ``data`` is not valid JSON.
     """
-    return json.loads(data, parse_constant=_refuse_constant)
+    return json.loads(data, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
 
 
 def _check_type(name: str, key: str, value: Any, annotation: str, path: str | None) -> None:

@@ -10,8 +10,11 @@ offsets with gaps where records were dropped.
 from __future__ import annotations
 
 import gc
+import sys
+from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import pairwise, repeat
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +27,7 @@ from txntable.errors import (
     SerializationError,
 )
 from txntable.structs import (
+    CREATE_TIME,
     RECORD_OVERHEAD,
     ConsumerRecord,
     Header,
@@ -151,6 +155,27 @@ def _header_sizes(headers: pa.ListArray) -> np.ndarray:
     return cumulative[offsets[1:]] - cumulative[offsets[:-1]]
 
 
+def as_arrow_table(data: object) -> pa.Table:
+    """What ``send_batch`` was given as an Arrow table: a ``Table``, a ``RecordBatch``, a
+    pandas DataFrame (its index is not a column: a filtered frame's index would otherwise
+    become ``__index_level_0__``) or anything else ``pyarrow.table()`` takes.
+
+    Raises:
+        SerializationError: Not tabular.
+    """
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return data
+    pandas = sys.modules.get("pandas")  # imported only if the caller has it already
+    try:
+        if pandas is not None and isinstance(data, pandas.DataFrame):
+            return pa.Table.from_pandas(data, preserve_index=False)
+        return pa.table(data)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+        raise SerializationError(f"send_batch data is not a table of records: {e}") from None
+
+
 def to_record_table(data: object, now: int) -> pa.Table:
     """Turn what ``Producer.send_batch`` was given into records in :data:`SEGMENT_SCHEMA`.
 
@@ -165,15 +190,7 @@ def to_record_table(data: object, now: int) -> pa.Table:
             missing, or a column has a type that is not accepted (the error names it), as
             ``send`` refuses a key or value that is not bytes.
     """
-    if isinstance(data, pa.RecordBatch):
-        table = pa.Table.from_batches([data])
-    elif isinstance(data, pa.Table):
-        table = data
-    else:
-        try:
-            table = pa.table(data)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-            raise SerializationError(f"send_batch data is not a table of records: {e}") from None
+    table = as_arrow_table(data)
     names = table.column_names
     unknown = [n for n in names if n not in _COLUMNS]
     if unknown or len(set(names)) != len(names):
@@ -232,7 +249,9 @@ def _headers_column(table: pa.Table, n: int) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, HEADERS_TYPE)
 
 
-def timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
+def timestamp_column(
+    table: pa.Table, n: int, now: int, what: str = "send_batch"
+) -> pa.ChunkedArray:
     """A batch's ``timestamp`` column as Kafka's milliseconds (``now`` where absent or null).
 
     Raises:
@@ -253,12 +272,12 @@ def timestamp_column(table: pa.Table, n: int, now: int) -> pa.ChunkedArray:
         ints = column.cast(pa.int64())
     else:
         raise SerializationError(
-            f"send_batch: column 'timestamp' must be a timestamp or integer milliseconds, not {t}"
+            f"{what}: column 'timestamp' must be a timestamp or integer milliseconds, not {t}"
         )
     if ints.null_count:
         ints = ints.fill_null(now)
     if len(ints) and pc.min(ints).as_py() < 0:
-        raise SerializationError("send_batch: column 'timestamp' holds a negative timestamp")
+        raise SerializationError(f"{what}: column 'timestamp' holds a negative timestamp")
     return ints.cast(TIMESTAMP_TYPE)
 
 
@@ -342,7 +361,6 @@ def rows_to_records(
     built by one ``map`` over the columns; headers are rebuilt from the flattened key and
     value columns, and skipped entirely when no row has any.
     """
-    n = rows.num_rows
     # Every record (a tuple holding a headers list) is tracked by the cyclic GC, which would
     # otherwise run many times while thousands of them are built and all still referenced,
     # each pass walking the ones made so far: pausing it halves the cost of a poll. Nothing
@@ -355,17 +373,12 @@ def rows_to_records(
         values = rows.column("value").to_pylist()
         stamps = rows.column("timestamp").cast(pa.int64()).to_pylist()  # epoch milliseconds
         headers = _headers_to_python(rows.column("headers"))
-        columns = zip(
-            repeat(topic, n),
-            repeat(partition, n),
-            offsets,
-            keys,
-            values,
-            headers,
-            stamps,
-            strict=True,
+        sizes = (
+            _serialized_sizes(rows.column("key")),
+            _serialized_sizes(rows.column("value")),
+            _serialized_header_sizes(rows.column("headers")),
         )
-        return list(map(_new_record, columns))
+        return build_records(topic, partition, offsets, stamps, keys, values, headers, sizes)
     finally:
         if was_enabled:
             gc.enable()
@@ -373,6 +386,65 @@ def rows_to_records(
 
 # tuple.__new__ over zipped columns builds each record in C, without a Python-level call.
 _new_record = partial(tuple.__new__, ConsumerRecord)
+
+
+def build_records(
+    topic: str,
+    partition: int,
+    offsets: Sequence[int],
+    stamps: list[int],
+    keys: list[Any],
+    values: list[Any],
+    headers: Iterable[list[Header]],
+    sizes: tuple[Iterable[int], Iterable[int], Iterable[int]],
+) -> list[ConsumerRecord]:
+    """Consumer records of one partition from their fields as columns (Python lists), in
+    kafka-python's field order; ``sizes``: the serialized key, value and header sizes."""
+    n = len(offsets)
+    columns = zip(
+        repeat(topic, n),
+        repeat(partition, n),
+        repeat(NO_LEADER_EPOCH, n),
+        offsets,
+        stamps,
+        repeat(CREATE_TIME, n),
+        keys,
+        values,
+        headers,
+        repeat(None, n),
+        *sizes,
+        strict=True,
+    )
+    return list(map(_new_record, columns))
+
+#: ``ConsumerRecord.leader_epoch``: a table has no partition leaders (Kafka's "unknown").
+NO_LEADER_EPOCH = -1
+
+
+def _serialized_sizes(column: pa.ChunkedArray) -> list[int]:
+    """Bytes of each binary value, -1 for a null (kafka-python's serialized sizes)."""
+    sizes: list[int] = pc.binary_length(column).fill_null(-1).to_pylist()
+    return sizes
+
+
+def _serialized_header_sizes(column: pa.ChunkedArray) -> list[int]:
+    """Per record, the UTF-8 bytes of its header keys plus its values' bytes; -1 without
+    headers (kafka-python's ``serialized_header_size``)."""
+    out: list[int] = []
+    for chunk in column.chunks:
+        if chunk.null_count:  # a null list may still span child entries: make it empty
+            chunk = pc.if_else(pc.is_null(chunk), pa.scalar([], chunk.type), chunk)
+        if len(chunk.flatten()) == 0:
+            out.extend(repeat(-1, len(chunk)))
+            continue
+        entries = chunk.values  # every entry of the child array; offsets index into it
+        keys = np.asarray(pc.binary_length(entries.field("key")).fill_null(0), dtype=np.int64)
+        values = np.asarray(pc.binary_length(entries.field("value")).fill_null(0), np.int64)
+        cumulative = np.concatenate([[0], np.cumsum(keys + values)])
+        offsets = np.asarray(chunk.offsets, dtype=np.int64)
+        sizes = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+        out.extend(np.where(offsets[1:] > offsets[:-1], sizes, -1).tolist())
+    return out
 
 
 def _headers_to_python(column: pa.ChunkedArray) -> list[list[Header]]:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
+import math
 import re
+import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,7 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txntable.errors import SchemaMismatchError, SerializationError
-from txntable.protocol.records import OFFSET_COLUMN, READ_TIMESTAMP, timestamp_column
+from txntable.protocol.records import (
+    OFFSET_COLUMN,
+    READ_TIMESTAMP,
+    as_arrow_table,
+    timestamp_column,
+)
 
 
 @dataclass(frozen=True)
@@ -138,9 +146,18 @@ def field_from_json(f: Field) -> pa.Field:
     elif (m := _DECIMAL.match(name)) and not kids:
         precision, scale = int(m.group(1)), int(m.group(2))
         if not 1 <= precision <= 38:
-            raise SchemaMismatchError(f"column {f.name!r}: decimal precision {precision}")
+            raise SchemaMismatchError(
+                f"column {f.name!r}: decimal precision {precision} is not in 1..38"
+            )
+        if not 0 <= scale <= precision:
+            # Parquet's and Spark's rule; Arrow alone would take any scale.
+            raise SchemaMismatchError(
+                f"column {f.name!r}: decimal scale {scale} is not in [0, {precision}]"
+            )
         t = pa.decimal128(precision, scale)
     elif (m := _TIMESTAMP.match(f.type.replace(", ", ","))) and not kids:
+        if m.group(2) is not None:
+            _check_zone(m.group(2), f.name)
         t = pa.timestamp(m.group(1), tz=m.group(2))
     elif name == "list" and len(kids) == 1:
         t = pa.list_(field_from_json(kids[0]).with_name("element"))
@@ -150,10 +167,59 @@ def field_from_json(f: Field) -> pa.Field:
     elif name == "struct" and kids:
         t = pa.struct([field_from_json(k) for k in kids])
     else:
-        raise SchemaMismatchError(
-            f"column {f.name!r}: type {f.type!r} with {len(kids)} children is not allowed"
-        )
+        raise SchemaMismatchError(f"column {f.name!r}: {_type_problem(f)}")
     return pa.field(f.name, t, f.nullable)
+
+
+_OFFSET_ZONE = re.compile(r"^[+-]([01]\d|2[0-3]):[0-5]\d$")
+
+
+@functools.cache
+def _check_zone(zone: str, column: str) -> None:
+    """Refuse a time zone readers could not convert: an IANA name the zone database does
+    not know (``Europe/Pari``) or an offset that is not ``±HH:MM``.
+
+    Raises:
+        SchemaMismatchError: Naming the column and the zone.
+    """
+    if _OFFSET_ZONE.match(zone):
+        return
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise SchemaMismatchError(
+            f"column {column!r}: unknown time zone {zone!r} (an IANA name such as "
+            "'Europe/Paris' or 'UTC', or an offset such as '+05:30')"
+        ) from None
+
+
+#: The type names of the JSON form (``children`` give a nested type's fields).
+TYPE_NAMES = (
+    *PRIMITIVES,
+    "decimal(P,S)",
+    "timestamp(UNIT)",
+    "timestamp(UNIT,TZ)",
+    "list",
+    "map",
+    "struct",
+)
+#: What each nested type takes as ``children``.
+_CHILDREN = {
+    "list": "one child (its element)",
+    "map": "two children (key, not nullable, and value)",
+    "struct": "one child or more (its fields)",
+}
+
+
+def _type_problem(f: Field) -> str:
+    """Why ``field_from_json`` refused ``f``'s type, in words."""
+    name = f.type.replace(" ", "")
+    if name in _CHILDREN:
+        return f"a {name} takes {_CHILDREN[name]}; got {len(f.children)}"
+    known = name in PRIMITIVES or _DECIMAL.match(name) or _TIMESTAMP.match(name)
+    if known:
+        return f"{f.type!r} takes no children; got {len(f.children)}"
+    return f"unknown type {f.type!r}; allowed: {', '.join(TYPE_NAMES)}"
 
 
 def schema_to_json(schema: pa.Schema) -> tuple[Field, ...]:
@@ -273,8 +339,19 @@ def merge_schemas(table: pa.Schema, data: pa.Schema) -> pa.Schema:
     ``data`` the table lacks are added (nullable), narrower table types widened.
 
     Raises:
-        SchemaMismatchError: A column of ``data`` does not fit an allowed evolution.
+        SchemaMismatchError: A column of ``data`` does not fit an allowed evolution, or
+            differs from a column of the table only by case.
     """
+    existing = {n.lower(): n for n in table.names}
+    for d in data:
+        clash = existing.get(d.name.lower())
+        if d.name not in table.names and clash is not None:
+            # Spark resolves names case-insensitively: such a column could never be told
+            # apart from the existing one by a Spark reader or writer.
+            raise SchemaMismatchError(
+                f"schema change refused: new column {d.name!r} differs from column "
+                f"{clash!r} only by case"
+            )
     fields = []
     for f in table:
         if f.name in data.names:
@@ -349,27 +426,28 @@ class TypedLayout:
 
     # --- writing ---------------------------------------------------------------------------
 
-    def conform(self, data: object, now: int) -> pa.Table:
+    def conform(self, data: object, now: int, what: str = "send_batch") -> pa.Table:
         """What ``send_batch`` was given, as segment rows (user columns cast to the schema,
         then ``timestamp``).
 
         Accepts a ``pyarrow.Table`` / ``RecordBatch``, a pandas DataFrame or a dict of
         columns. Missing nullable columns are null; ``timestamp`` (Arrow timestamp or int
-        milliseconds) is optional (absent or null: ``now``).
+        milliseconds) is optional (absent or null: ``now``). ``what`` names the caller in
+        messages (the API the user called).
 
         Raises:
             SerializationError: Not tabular, an unknown column, a missing non-nullable
                 column, a value that does not cast or a null where none is allowed (the
                 message names the column and the first bad row). Nothing is written.
         """
-        table = _as_table(data)
+        table = as_arrow_table(data)
         names = table.column_names
         if len(set(names)) != len(names):
-            raise SerializationError(f"send_batch: duplicate column names {names}")
+            raise SerializationError(f"{what}: duplicate column names {names}")
         unknown = [n for n in names if n not in self.schema.names and n != TIMESTAMP_COLUMN]
         if unknown:
             raise SerializationError(
-                f"send_batch: unknown column {unknown[0]!r}; the table's columns are "
+                f"{what}: unknown column {unknown[0]!r}; the table's columns are "
                 f"{self.schema.names}"
             )
         n = table.num_rows
@@ -377,17 +455,18 @@ class TypedLayout:
         for f in self.schema:
             if f.name not in names:
                 if not f.nullable:
-                    raise SerializationError(f"send_batch: column {f.name!r} is missing")
+                    raise SerializationError(f"{what}: column {f.name!r} is missing")
                 columns.append(pa.nulls(n, f.type))
                 continue
-            columns.append(_cast_column(table.column(f.name), f, "send_batch"))
-        columns.append(timestamp_column(table, n, now))
+            columns.append(_cast_column(table.column(f.name), f, what))
+        columns.append(timestamp_column(table, n, now, what))
         return fill_required(pa.Table.from_arrays(columns, schema=self.segment_schema))
 
-    def checkers(self) -> dict[str, Callable[[Any], None]]:
-        """Per column, a function raising ``ValueError`` for a Python value ``send``
-        cannot store in it (built once per layout)."""
-        return {f.name: _checker(f.type) for f in self.schema}
+    def converters(self) -> dict[str, Callable[[Any], Any]]:
+        """Per column, a function returning a Python value ``send`` was given as sealing
+        converts it, or raising ``ValueError`` if the column cannot hold it (built once
+        per layout)."""
+        return {f.name: _converter(f.type) for f in self.schema}
 
     def rows_table(self, rows: Sequence[Mapping[str, Any]], timestamps: np.ndarray) -> pa.Table:
         """Checked records of ``send`` (dicts) as segment rows."""
@@ -407,12 +486,10 @@ class TypedLayout:
         n = table.num_rows
         if not self.key_columns:
             return pa.chunked_array([pa.nulls(n, pa.binary())])
-        parts = [table.column(k).cast(pa.string()) for k in self.key_columns]
+        parts = [_key_bytes(table.column(k)) for k in self.key_columns]
         if len(parts) == 1:
-            joined = parts[0]
-        else:
-            joined = pc.binary_join_element_wise(*parts, "\x1f")
-        return joined.cast(pa.binary())
+            return parts[0]
+        return pc.binary_join_element_wise(*parts, b"\x1f")
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -501,6 +578,8 @@ class TypedLayout:
                 arrays.append(column if column.type == f.type else column.cast(f.type))
             else:  # decoded under an older schema than this one
                 arrays.append(pa.nulls(n, f.type))
+        if not arrays:  # no column asked for: the rows still count
+            return rows.select([])
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -539,15 +618,12 @@ def layout_of(metadata: SchemaMetadata | None) -> TypedLayout | None:
 # --- conversion helpers --------------------------------------------------------------------
 
 
-def _as_table(data: object) -> pa.Table:
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, pa.Table):
-        return data
-    try:
-        return pa.table(data)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-        raise SerializationError(f"send_batch data is not a table of records: {e}") from None
+def _key_bytes(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A key column's bytes: a binary's own (any bytes, not only UTF-8), a string's UTF-8,
+    an integer's decimal text."""
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.string())
+    return column.cast(pa.binary())
 
 
 def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedArray:
@@ -559,17 +635,47 @@ def _cast_column(column: pa.ChunkedArray, f: pa.Field, what: str) -> pa.ChunkedA
         if _has_struct(column.type):
             column = pa.chunked_array([_blank_under_nulls(c) for c in column.chunks], column.type)
         try:
-            column = column.cast(f.type)
+            cast = column.cast(f.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             row = _first_bad_row(column, f.type)
             raise SerializationError(
                 f"{what}: column {f.name!r}, row {row}: value does not fit {f.type} ({e})"
             ) from None
+        if _infinities(cast) > _infinities(column):
+            # Arrow's cast to float32 rounds a finite value beyond its range to ±inf:
+            # refused, as a cast to an integer type refuses a value out of its range.
+            row = next(i for i in range(len(column)) if _overflows(column.slice(i, 1), f.type))
+            raise SerializationError(
+                f"{what}: column {f.name!r}, row {row}: value is out of range for {f.type}"
+            )
+        column = cast
     if not f.nullable and column.null_count:
         row = int(np.flatnonzero(np.asarray(column.is_null()))[0])
         raise SerializationError(f"{what}: column {f.name!r}, row {row}: null in a not-null column")
     _check_nested_nulls(column, f, what)
     return column
+
+
+def _infinities(column: pa.ChunkedArray | pa.Array) -> int:
+    """How many ±inf values the floating-point leaves of ``column`` hold (0 without any)."""
+    t = column.type
+    if pa.types.is_floating(t):
+        return int(pc.sum(pc.is_inf(column)).as_py() or 0)
+    if isinstance(column, pa.ChunkedArray):
+        return sum(_infinities(c) for c in column.chunks)
+    if pa.types.is_struct(t):
+        return sum(_infinities(child) for child in column.flatten())
+    if pa.types.is_map(t):  # as the list of its entries (list_flatten has no map kernel)
+        entries = pa.struct([pa.field("key", t.key_type, nullable=False), t.item_field])
+        return _infinities(column.cast(pa.list_(entries)))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _infinities(column.flatten())
+    return 0
+
+
+def _overflows(column: pa.ChunkedArray, t: pa.DataType) -> bool:
+    """Whether casting ``column`` to ``t`` turns a finite value into ±inf."""
+    return _infinities(column.cast(t)) > _infinities(column)
 
 
 def castable(src: pa.DataType, dst: pa.DataType) -> bool:
@@ -771,150 +877,204 @@ def fill_required(table: pa.Table) -> pa.Table:
 
 # --- checking Python values of send() --------------------------------------------------------
 
+#: Smallest magnitude a double rounds to infinity at in float32 (halfway between float32's
+#: largest finite value and 2**128; the tie rounds to even, which is infinity).
+_FLOAT32_OVERFLOW = float(2**128 - 2**103)
 
-def _checker(t: pa.DataType) -> Callable[[Any], None]:  # noqa: C901 - one case per type
-    """A function raising ``ValueError`` if a Python value cannot be stored as ``t``
-    (``None`` is checked by the caller, which knows the nullability)."""
+
+def _converter(t: pa.DataType) -> Callable[[Any], Any]:  # noqa: C901 - one case per type
+    """A function returning a Python value as ``pyarrow.array`` stores it in a column of
+    ``t`` (maps as lists of pairs, mappings as dicts, numbers as Python numbers), or raising
+    ``ValueError`` if it cannot be stored: whatever it accepts converts when the records are
+    sealed, so a bad value fails its ``send`` and never the producer's batch. (``None`` is
+    checked by the caller, which knows the nullability.)"""
     if pa.types.is_boolean(t):
 
-        def check_bool(v: Any) -> None:
+        def check_bool(v: Any) -> Any:
             if v.__class__ is not bool:
                 raise ValueError(f"expected bool, got {type(v).__name__}")
+            return v
 
         return check_bool
     if pa.types.is_integer(t):
         lo, hi = -(2 ** (t.bit_width - 1)), 2 ** (t.bit_width - 1) - 1
 
-        def check_int(v: Any) -> None:
-            if not isinstance(v, int | np.integer) or isinstance(v, bool):
-                raise ValueError(f"expected int, got {type(v).__name__}")
+        def check_int(v: Any) -> Any:
+            if v.__class__ is not int:
+                if not isinstance(v, int | np.integer) or isinstance(v, bool):
+                    raise ValueError(f"expected int, got {type(v).__name__}")
+                v = int(v)
             if not lo <= v <= hi:
                 raise ValueError(f"{v} is out of range for {t}")
+            return v
 
         return check_int
     if pa.types.is_floating(t):
+        # A finite value float32 cannot hold would be stored as infinity: refused, as an
+        # integer column refuses an integer out of its range.
+        limit = _FLOAT32_OVERFLOW if t == pa.float32() else math.inf
 
-        def check_float(v: Any) -> None:
-            if not isinstance(v, float | int | np.floating | np.integer) or isinstance(v, bool):
-                raise ValueError(f"expected float, got {type(v).__name__}")
+        def check_float(v: Any) -> Any:
+            if v.__class__ is not float:
+                if not isinstance(v, float | int | np.floating | np.integer) or isinstance(
+                    v, bool | np.bool_
+                ):
+                    raise ValueError(f"expected float, got {type(v).__name__}")
+                try:
+                    v = float(v)
+                except OverflowError:
+                    bits = v.bit_length()
+                    raise ValueError(f"an integer of {bits} bits is out of range for {t}") from None
+            if abs(v) >= limit and math.isfinite(v):
+                raise ValueError(f"{v!r} is out of range for {t}")
+            return v
 
         return check_float
     if pa.types.is_string(t):
 
-        def check_str(v: Any) -> None:
-            if v.__class__ is not str and not isinstance(v, str):
+        def check_str(v: Any) -> Any:
+            if not isinstance(v, str):
                 raise ValueError(f"expected str, got {type(v).__name__}")
+            if not v.isascii():
+                try:
+                    v.encode()
+                except UnicodeEncodeError as e:
+                    raise ValueError(f"not valid UTF-8 text ({e.reason})") from None
+            return v
 
         return check_str
     if pa.types.is_binary(t):
 
-        def check_bytes(v: Any) -> None:
+        def check_bytes(v: Any) -> Any:
+            if v.__class__ is bytes:
+                return v
             if not isinstance(v, bytes | bytearray | memoryview):
                 raise ValueError(f"expected bytes, got {type(v).__name__}")
+            return bytes(v)
 
         return check_bytes
     if pa.types.is_date(t):
 
-        def check_date(v: Any) -> None:
+        def check_date(v: Any) -> Any:
             if not isinstance(v, datetime.date) or isinstance(v, datetime.datetime):
                 raise ValueError(f"expected datetime.date, got {type(v).__name__}")
+            return v
 
         return check_date
-    if pa.types.is_timestamp(t):
+    if pa.types.is_timestamp(t) or pa.types.is_decimal(t):
+        kinds: tuple[type, ...]
+        if pa.types.is_timestamp(t):
+            kinds, expected = (datetime.datetime, int), "datetime.datetime or int"
+        else:
+            kinds, expected = (decimal.Decimal, int), "decimal.Decimal or int"
 
-        def check_timestamp(v: Any) -> None:
-            if isinstance(v, bool) or not isinstance(v, datetime.datetime | int):
-                raise ValueError(f"expected datetime.datetime or int, got {type(v).__name__}")
-            pa.scalar(v, t)
-
-        return check_timestamp
-    if pa.types.is_decimal(t):
-
-        def check_decimal(v: Any) -> None:
-            if isinstance(v, bool) or not isinstance(v, decimal.Decimal | int):
-                raise ValueError(f"expected decimal.Decimal or int, got {type(v).__name__}")
+        def check_scalar(v: Any) -> Any:
+            if isinstance(v, bool) or not isinstance(v, kinds):
+                raise ValueError(f"expected {expected}, got {type(v).__name__}")
             try:
-                pa.scalar(v, t)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                raise ValueError(str(e)) from None
+                pa.scalar(v, t)  # the conversion sealing does: range, precision, scale
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+                raise ValueError(f"{v!r} does not fit {t} ({e})") from None
+            return v
 
-        return check_decimal
+        return check_scalar
     if pa.types.is_list(t):
-        item = _checker(t.value_type)
+        item = _converter(t.value_type)
         item_nullable = t.value_field.nullable
 
-        def check_list(v: Any) -> None:
+        def check_list(v: Any) -> Any:
             if not isinstance(v, list | tuple):
                 raise ValueError(f"expected a list, got {type(v).__name__}")
+            out: list[Any] = []
             for x in v:
                 if x is None:
                     if not item_nullable:
                         raise ValueError("null element in a list of not-null elements")
+                    out.append(None)
                 else:
-                    item(x)
+                    out.append(item(x))
+            return out
 
         return check_list
     if pa.types.is_map(t):
-        key, value = _checker(t.key_type), _checker(t.item_type)
+        key, value = _converter(t.key_type), _converter(t.item_type)
+        value_nullable = t.item_field.nullable
 
-        def check_map(v: Any) -> None:
-            pairs = v.items() if isinstance(v, Mapping) else v
-            if not isinstance(v, Mapping | list | tuple):
-                raise ValueError(f"expected a dict, got {type(v).__name__}")
+        def check_map(v: Any) -> Any:
+            if isinstance(v, Mapping):
+                pairs: Any = v.items()
+            elif isinstance(v, list | tuple):
+                pairs = v
+            else:
+                raise ValueError(f"expected a dict or a list of pairs, got {type(v).__name__}")
+            out: list[tuple[Any, Any]] = []
             for pair in pairs:
+                # A JSON map arrives as [[key, value], ...]: 2-element lists are pairs too.
+                if not isinstance(pair, tuple | list) or len(pair) != 2:
+                    raise ValueError(f"a map entry must be a (key, value) pair, got {pair!r:.40}")
                 k, x = pair
                 if k is None:
                     raise ValueError("null map key")
-                key(k)
-                if x is not None:
-                    value(x)
+                if x is None:
+                    if not value_nullable:
+                        raise ValueError(f"null value of map key {k!r:.40}")
+                    out.append((key(k), None))
+                else:
+                    out.append((key(k), value(x)))
+            return out
 
         return check_map
     if pa.types.is_struct(t):
-        children = [(t.field(i).name, t.field(i).nullable, _checker(t.field(i).type))
+        children = [(t.field(i).name, t.field(i).nullable, _converter(t.field(i).type))
                     for i in range(t.num_fields)]  # fmt: skip
         names = {c[0] for c in children}
 
-        def check_struct(v: Any) -> None:
+        def check_struct(v: Any) -> Any:
             if not isinstance(v, Mapping):
                 raise ValueError(f"expected a dict, got {type(v).__name__}")
             extra = [k for k in v if k not in names]
             if extra:
                 raise ValueError(f"unknown field {extra[0]!r}")
-            for name, nullable, check in children:
+            out: dict[str, Any] = {}
+            for name, nullable, convert in children:
                 x = v.get(name)
                 if x is None:
                     if not nullable:
                         raise ValueError(f"field {name!r} is null")
+                    out[name] = None
                 else:
                     try:
-                        check(x)
+                        out[name] = convert(x)
                     except ValueError as e:
                         raise ValueError(f"field {name!r}: {e}") from None
+            return out
 
         return check_struct
     raise SchemaMismatchError(f"type {t} is not allowed in a record schema")  # pragma: no cover
 
 
 def check_record(
-    value: object, layout: TypedLayout, checkers: Mapping[str, Callable[[Any], None]]
-) -> int:
-    """Check one record given to ``send`` and return its approximate size in bytes.
+    value: object, layout: TypedLayout, converters: Mapping[str, Callable[[Any], Any]]
+) -> tuple[dict[str, Any], int]:
+    """Check one record given to ``send``; return it as the row sealing converts (a new
+    dict: the caller may reuse its own) and its approximate size in bytes.
 
     Raises:
         SerializationError: Not a mapping, an unknown column, a missing or null not-null
-            column, a value of the wrong type (the message names the column).
+            column, a value of the wrong type or out of its column's range (the message
+            names the column).
     """
     if not isinstance(value, Mapping):
         raise SerializationError(
             f"a typed table's record is a dict of its columns, not {type(value).__name__}"
         )
-    size = 0
     for name in value:
-        if name not in checkers:
+        if name not in converters:
             raise SerializationError(
                 f"send: unknown column {name!r}; the table's columns are {layout.schema.names}"
             )
+    size = 0
+    record: dict[str, Any] = {}
     for f in layout.schema:
         v = value.get(f.name)
         if v is None:
@@ -922,11 +1082,12 @@ def check_record(
                 raise SerializationError(f"send: column {f.name!r} is null or missing")
             continue
         try:
-            checkers[f.name](v)
-        except (ValueError, pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            v = converters[f.name](v)
+        except (ValueError, TypeError) as e:
             raise SerializationError(f"send: column {f.name!r}: {e}") from None
+        record[f.name] = v
         size += len(v) if isinstance(v, str | bytes) else 8
-    return size
+    return record, size
 
 
 def typed_record_sizes(table: pa.Table) -> np.ndarray:
@@ -944,87 +1105,3 @@ def typed_record_sizes(table: pa.Table) -> np.ndarray:
         else:
             sizes += max(1, column.nbytes // n)
     return sizes
-
-
-# --- JSON records (the CLI's input and output) ------------------------------------------------
-
-
-def value_from_json(v: Any, t: pa.DataType, decode_binary: Callable[[str], bytes]) -> Any:
-    """A JSON value as the Python value ``send`` takes for type ``t``: ISO-8601 text for
-    dates and timestamps (or integers of the unit), text or numbers for decimals, text in
-    the CLI's encoding for binary; lists, objects and ``null`` as they are.
-
-    Raises:
-        ValueError: A value that cannot be read as ``t``.
-    """
-    if v is None:
-        return None
-    if pa.types.is_binary(t):
-        if not isinstance(v, str):
-            raise ValueError(f"expected text for a binary value, got {type(v).__name__}")
-        return decode_binary(v)
-    if pa.types.is_date(t) and isinstance(v, str):
-        return datetime.date.fromisoformat(v)
-    if pa.types.is_timestamp(t) and isinstance(v, str):
-        parsed = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
-        if t.tz is not None and parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=datetime.UTC)
-        return parsed
-    if pa.types.is_decimal(t) and isinstance(v, str | int | float) and not isinstance(v, bool):
-        return decimal.Decimal(str(v))
-    if pa.types.is_list(t) and isinstance(v, list):
-        return [value_from_json(x, t.value_type, decode_binary) for x in v]
-    if pa.types.is_map(t) and isinstance(v, dict):
-        return [
-            (value_from_json(k, t.key_type, decode_binary),
-             value_from_json(x, t.item_type, decode_binary))
-            for k, x in v.items()
-        ]  # fmt: skip
-    if pa.types.is_struct(t) and isinstance(v, dict):
-        fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
-        return {
-            k: value_from_json(x, fields[k], decode_binary) if k in fields else x
-            for k, x in v.items()
-        }
-    return v
-
-
-def record_from_json(
-    obj: Mapping[str, Any], layout: TypedLayout, decode_binary: Callable[[str], bytes]
-) -> dict[str, Any]:
-    """A JSON object's user columns as a record for ``send`` (unknown names are kept, for
-    ``send`` to refuse by name).
-
-    Raises:
-        ValueError: A value that cannot be read as its column's type (the message names it).
-    """
-    out: dict[str, Any] = {}
-    for name, v in obj.items():
-        if name in layout.schema.names:
-            try:
-                out[name] = value_from_json(v, layout.schema.field(name).type, decode_binary)
-            except (ValueError, TypeError, decimal.InvalidOperation) as e:
-                raise ValueError(f"column {name!r}: {e}") from None
-        else:
-            out[name] = v
-    return out
-
-
-def value_to_json(v: Any) -> Any:
-    """A value read from a typed table as JSON (dates and timestamps as ISO-8601,
-    decimals as text, binary as its base64 — the CLI's output)."""
-    import base64
-
-    if isinstance(v, datetime.date | datetime.datetime):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if isinstance(v, bytes):
-        return base64.b64encode(v).decode()
-    if isinstance(v, list):
-        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):  # a map's pairs
-            return {str(k): value_to_json(x) for k, x in v}
-        return [value_to_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: value_to_json(x) for k, x in v.items()}
-    return v

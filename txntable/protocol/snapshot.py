@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from txntable.errors import CorruptLogError, SchemaMismatchError, UnknownTopicOrPartitionError
 from txntable.protocol.actions import (
@@ -61,6 +61,10 @@ class PartitionState:
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     #: Bytes of the retained segments (``retention.bytes`` compares against it).
     size_bytes: int = 0
+    #: Bumped whenever entries are replaced (merge, compaction) or dropped (log start):
+    #: tells an incremental reader of this snapshot (the Delta mirror) that entries it
+    #: already saw changed. Not part of the state: a loaded snapshot starts at 0.
+    rewrites: int = field(default=0, compare=False)
 
     @property
     def high_watermark(self) -> int:
@@ -186,6 +190,12 @@ class TableSnapshot:
         if self.intents and min(o.baseVersion for o in self.intents.values()) < horizon:
             self.intents = {k: o for k, o in self.intents.items() if o.baseVersion >= horizon}
 
+    def become(self, other: TableSnapshot) -> None:
+        """Take ``other``'s whole state, in place: a handle that fell behind log cleanup
+        reloads from a checkpoint, and whoever holds this snapshot sees the new state."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(other, f.name))
+
     def fork(self) -> TableSnapshot:
         """A copy to plan a group-commit round on: changes to it never reach this snapshot.
 
@@ -239,6 +249,7 @@ def _replace_range(part: PartitionState, seg: Segment, path: str | None) -> None
     if part.entries[j - 1].next_offset != seg.endOffset:
         raise CorruptLogError(f"{where} does not end at an entry boundary", path)
     part.size_bytes -= sum(entry_size(e) for e in part.entries[i:j])
+    part.rewrites += 1
     part.entries[i:j] = [seg]
     offsets[i:j] = [seg.baseOffset]
     part.size_bytes += seg.size
@@ -251,18 +262,29 @@ def _replace_range(part: PartitionState, seg: Segment, path: str | None) -> None
         part.aborted_last_offsets[lo:hi] = [a.lastOffset for a in kept]
 
 
-def _drop_below_log_start(part: PartitionState) -> None:
-    """Forget entries and index entries wholly below the log start offset (v2 replay).
+def retained_from(part: PartitionState) -> int:
+    """Where a v2 partition's retained entries begin: the log start offset, or the first
+    offset of an open transaction below it.
 
-    Never at or above the LSO: delete-records may pass an open transaction's first offset,
-    and its first batch is what names the transaction (to abort it once timed out).
+    Delete-records may pass an open transaction's first offset, but its first batch names
+    the transaction (its ``transactionalId``), which a writer needs to abort it once timed
+    out; keeping everything from that batch on keeps the entries contiguous, as a v2
+    checkpoint writes them. (Not the LSO: it never falls below the log start offset.)
     """
-    start = min(part.log_start_offset, part.last_stable_offset)
+    if not part.ongoing:
+        return part.log_start_offset
+    return min(part.log_start_offset, *part.ongoing.values())
+
+
+def _drop_below_log_start(part: PartitionState) -> None:
+    """Forget entries and index entries wholly below :func:`retained_from` (v2 replay)."""
+    start = retained_from(part)
     i = bisect.bisect_right(part.entry_offsets, start) - 1
     if i >= 0 and part.entries[i].next_offset <= start:
         i += 1
     if i > 0:
         part.size_bytes -= sum(entry_size(e) for e in part.entries[:i])
+        part.rewrites += 1
         del part.entries[:i]
         del part.entry_offsets[:i]
     k = bisect.bisect_left(part.aborted_last_offsets, start)
@@ -303,6 +325,18 @@ def apply_action(
         return
     if isinstance(action, Protocol):
         check_protocol(action)
+        old = snap.protocol
+        if old is not None and (
+            action.minReaderVersion < old.minReaderVersion
+            or action.minWriterVersion < old.minWriterVersion
+        ):
+            # A client of the lower version would misread what the table holds: typed
+            # segments (3), merged segments and a truncated log (2).
+            raise CorruptLogError(
+                f"protocol {{{action.minReaderVersion}, {action.minWriterVersion}}} lowers "
+                f"the table's {{{old.minReaderVersion}, {old.minWriterVersion}}}",
+                path,
+            )
         snap.protocol = action
         if action.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
             for p in range(len(snap.partitions)):
@@ -326,7 +360,10 @@ def apply_action(
     elif isinstance(action, Marker):
         part = _partition(snap, action.partition, path)
         _append(part, action, path)
-        part.ongoing.pop(action.producerId, None)
+        first = part.ongoing.pop(action.producerId, None)
+        if first is not None and first < part.log_start_offset and _v2(snap):
+            # The transaction kept its entries below the log start; it is closed now.
+            _drop_below_log_start(part)
         _producer(part, action.producerId).record_marker(
             action.producerEpoch, action.coordinatorEpoch
         )
@@ -345,10 +382,7 @@ def apply_action(
     elif isinstance(action, LogStart):
         part = _partition(snap, action.partition, path)
         part.log_start_offset = max(part.log_start_offset, min(action.offset, part.log_end_offset))
-        v2 = snap.protocol is not None and (
-            snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
-        )
-        if v2:
+        if _v2(snap):
             # v2: nothing below the log start is ever read again; v1 keeps the entries.
             _drop_below_log_start(part)
     elif isinstance(action, Segment):
@@ -372,6 +406,13 @@ def apply_action(
         snap.last_commit_timestamp = max(snap.last_commit_timestamp, action.timestamp)
         for outcome in action.intents:
             snap.intents[outcome.id] = outcome
+
+
+def _v2(snap: TableSnapshot) -> bool:
+    """Whether the snapshot's protocol forgets entries below the log start (v2 and later)."""
+    return snap.protocol is not None and (
+        snap.protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION
+    )
 
 
 def _expire_producer(snap: TableSnapshot, pid: int, path: str | None) -> None:
@@ -505,6 +546,10 @@ def load_checkpoint(
     ``state``: a v2 checkpoint (:func:`checkpoint_actions`); else a v1 checkpoint, which is
     replayed as one version.
     """
+    if state:
+        started = [a.partition for a in actions if isinstance(a, PartitionStart)]
+        if len(set(started)) != len(started):
+            raise CorruptLogError("a partition has two partitionStart actions", path)
     snap = TableSnapshot(version=version - 1)
     snap.apply(version, actions, path, checkpoint=state)
     return snap

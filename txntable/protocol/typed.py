@@ -9,16 +9,17 @@ from the store in :mod:`txntable.read.reader`.
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from txntable.errors import CorruptLogError
-from txntable.protocol.records import decode_segment
+from txntable.protocol.records import build_records, decode_segment
 from txntable.protocol.schema import TIMESTAMP_COLUMN, TypedLayout
-from txntable.structs import ConsumerRecord
+from txntable.structs import ConsumerRecord, Header
 
 
 def decode_typed(
@@ -56,10 +57,12 @@ def rows_to_dict_records(
             keys: list[Any] = [{k: v[k] for k in layout.key_columns} for v in values]
         else:
             keys = [None] * len(values)
-        return [
-            ConsumerRecord(topic, partition, offset, key, value, [], stamp)
-            for offset, key, value, stamp in zip(offsets, keys, values, stamps, strict=True)
-        ]
+        n = len(values)
+        no_headers: Iterator[list[Header]] = ([] for _ in range(n))
+        no_sizes = (repeat(-1, n), repeat(-1, n), repeat(-1, n))  # nothing was serialized
+        return build_records(
+            topic, partition, offsets, stamps, keys, values, no_headers, no_sizes
+        )
     finally:
         if was_enabled:
             gc.enable()

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from txntable import config
 from txntable.errors import CorruptLogError, MissingSegmentError, ObjectNotFoundError
 from txntable.protocol.records import (
     MERGED_SEGMENT_SCHEMA,
@@ -41,6 +42,7 @@ from txntable.protocol.schema import TypedLayout
 from txntable.protocol.typed import decode_typed
 from txntable.read.planning import SegmentSlice
 from txntable.storage.base import Store, StoreWrapper, validate_key
+from txntable.util import within_timeout
 
 #: Above this size a remote segment is read with ranged requests through pyarrow's file
 #: system (footer, then column chunks); below it one GET of the whole object is cheaper.
@@ -64,10 +66,13 @@ class SegmentReader:
         store: Store,
         layout: TypedLayout | None = None,
         columns: Sequence[str] | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> None:
         from txntable.storage.local import LocalStore
 
         self.store = store
+        #: How long a segment read that fails transiently is retried.
+        self.request_timeout_ms = request_timeout_ms
         #: A typed table's layout (``None``: Kafka's record), and the columns read of it.
         self.layout = layout
         self.columns = columns
@@ -99,8 +104,15 @@ class SegmentReader:
             MissingSegmentError: If the segment object is gone.
             CorruptLogError: If it is not Parquet.
             SchemaMismatchError: If it does not match its batch or merged segment.
+            KafkaTimeoutError: Storage kept failing for ``request_timeout_ms``.
         """
-        layout = layout or self.layout
+        return within_timeout(
+            lambda: self._read_segment(s, layout or self.layout),
+            self.request_timeout_ms,
+            f"reading segment {s.path}",
+        )
+
+    def _read_segment(self, s: SegmentSlice, layout: TypedLayout | None) -> pa.Table:
         direct = self._local or (
             s.size > SMALL_SEGMENT_BYTES and not isinstance(self.store, StoreWrapper)
         )

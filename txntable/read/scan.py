@@ -33,6 +33,7 @@ from txntable.read.reader import SegmentReader, prefetch
 from txntable.structs import (
     READ_COMMITTED,
 )
+from txntable.util import within_timeout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +63,7 @@ class TableScan:
         max_workers: int = config.READ_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
         columns: Sequence[str] | None = None,
+        request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
     ) -> None:
         config.validate_arguments(config.SCAN_ARGUMENTS, locals())
         if columns is not None and (
@@ -78,15 +80,20 @@ class TableScan:
         self.isolation_level = isolation_level
         self.max_workers = max_workers
         self.max_bytes_in_flight = max_bytes_in_flight
+        self.request_timeout_ms = request_timeout_ms
         starting = offset_spec(starting_offsets, EARLIEST)
         ending = offset_spec(ending_offsets, LATEST)
         if version is None:
-            table.snapshot()
+            within_timeout(table.snapshot, request_timeout_ms, f"loading table {table.name}")
             if read_committed:
                 table.finish_stuck_transactions()  # a dead producer's prepared txn pins no LSO
             self.snapshot: TableSnapshot = table.snapshot(refresh=False)
         else:
-            self.snapshot = table.snapshot_at(version)
+            self.snapshot = within_timeout(
+                lambda: table.snapshot_at(version),
+                request_timeout_ms,
+                f"loading table {table.name} at version {version}",
+            )
         # Planned now, from the snapshot as it is: a handle's snapshot is refreshed in place,
         # so planning later could mix versions.
         self.ranges: list[OffsetRange] = resolve_ranges(
@@ -114,7 +121,7 @@ class TableScan:
 
     def _reader(self) -> SegmentReader:
         columns = self.columns if self.layout is not None else None
-        return SegmentReader(self.table.store, self.layout, columns)
+        return SegmentReader(self.table.store, self.layout, columns, self.request_timeout_ms)
 
     def count(self) -> int:
         """Number of records the scan returns.

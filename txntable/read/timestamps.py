@@ -20,8 +20,9 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txntable.errors import VersionNotFoundError
+from txntable.errors import VersionNotAvailableError, VersionNotFoundError
 from txntable.protocol.actions import Batch, CommitInfo, Marker
+from txntable.protocol.schema import layout_of
 from txntable.protocol.snapshot import DataEntry, PartitionState, TableSnapshot
 from txntable.read.planning import (
     EARLIEST,
@@ -119,7 +120,8 @@ def _read(
         committed,
         partitions=[partition],
     )
-    reader = SegmentReader(table.store)
+    # A typed table's segments hold its own columns: read them with its layout.
+    reader = SegmentReader(table.store, layout_of(snap.metadata))
     parts = [reader.read_output(s, table.name) for s in slices_in_ranges(snap, ranges, committed)]
     parts = [t for t in parts if t.num_rows]
     return pa.concat_tables(parts) if parts else None
@@ -137,12 +139,14 @@ def version_at_timestamp(table: Table, ts: int) -> int:
     """Delta's ``timestampAsOf``: the last version committed at or before ``ts`` (ms).
 
     Binary search over the versions' commit timestamps (one GET per step; the reference
-    writers' clocks make them non-decreasing). Versions removed by log cleanup are skipped
-    as too old.
+    writers' clocks make them non-decreasing). On a log whose versions 1.. log cleanup
+    deleted, the search runs over the versions kept, from the oldest checkpoint on.
 
     Raises:
-        VersionNotFoundError: ``ts`` is before the first available commit, or after the
-            latest one (Delta refuses both).
+        VersionNotAvailableError: ``ts`` falls before the oldest version kept after log
+            cleanup (at or after version 0's commit): the version it names may be deleted.
+        VersionNotFoundError: ``ts`` is before the first commit, or after the latest one
+            (Delta refuses both).
     """
     latest = table.snapshot().version
     newest_ts = commit_timestamp(table, latest)
@@ -151,7 +155,20 @@ def version_at_timestamp(table: Table, ts: int) -> int:
             f"timestamp {ts} is after the latest commit of {table.name} (version {latest} "
             f"at {newest_ts})"
         )
-    lo, hi, found = 0, latest, -1
+    earliest = table.log.earliest_version()
+    if earliest > 0:
+        kept = commit_timestamp(table, earliest)
+        first = commit_timestamp(table, 0)
+        if kept is not None and ts < kept:
+            if first is not None and ts < first:
+                raise VersionNotFoundError(
+                    f"timestamp {ts} is before the first commit of {table.name} (version 0 "
+                    f"at {first})"
+                )
+            # The last version committed at or before ts lies among the deleted ones (or
+            # is version 0, if none of those was that early: no longer knowable).
+            raise VersionNotAvailableError(earliest - 1, earliest)
+    lo, hi, found = earliest, latest, -1
     while lo <= hi:
         mid = (lo + hi) // 2
         at = commit_timestamp(table, mid)

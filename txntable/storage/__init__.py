@@ -17,9 +17,15 @@ from txntable.storage.base import (
 from txntable.storage.local import LocalStore
 from txntable.storage.memory import MemoryStore
 from txntable.storage.s3 import S3_OPTIONS, S3Store
-from txntable.storage.wrappers import CountingStore, FaultInjectingStore, LatencyStore
+from txntable.storage.wrappers import (
+    ClockAheadStore,
+    CountingStore,
+    FaultInjectingStore,
+    LatencyStore,
+)
 
 __all__ = [
+    "ClockAheadStore",
     "CountingStore",
     "FaultInjectingStore",
     "LatencyStore",

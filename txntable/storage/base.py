@@ -18,6 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from txntable.errors import InvalidConfigurationError, InvalidPathError, ObjectNotFoundError
+from txntable.util import now_ms
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class Store(abc.ABC):
         """
         return self.get(key).data
 
+    def prune(self, prefix: str) -> None:  # noqa: B027 - optional hook
+        """Remove what the backend keeps of a folder whose objects were all deleted (local
+        disk: its empty directories); object stores keep nothing."""
+
     def list_children(self, prefix: str = "") -> Iterator[str]:
         """Names one level below ``prefix`` (a ``/``-terminated folder or ``""``), sorted.
 
@@ -171,6 +176,21 @@ class Store(abc.ABC):
     def exists(self, key: str) -> bool:
         """Return whether the key exists."""
         return self.head(key) is not None
+
+    def modified_ms(self, key: str) -> int | None:
+        """When the object was last written, by the store's clock (ms since the epoch);
+        ``None`` if it does not exist or the store does not say.
+
+        With :meth:`clock_ms` this measures an object's age on one clock, the store's,
+        whatever the clients' clocks say (log cleanup relies on it).
+        """
+        return None
+
+    def clock_ms(self) -> int:
+        """The store's current time (ms since the epoch): the clock :meth:`modified_ms`
+        reads. The default is this machine's clock, which is the store's for local disk and
+        memory; a remote store overrides it with its own."""
+        return now_ms()
 
     def storage_options(self) -> dict[str, str]:
         """Options that, with :attr:`url`, reopen this store in another process."""
@@ -226,6 +246,9 @@ class StoreWrapper(Store):
     def list_children(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_children(prefix)
 
+    def prune(self, prefix: str) -> None:
+        self.inner.prune(prefix)
+
     def put_data_file(self, key: str, data: bytes) -> None:
         self.inner.put_data_file(key, data)
 
@@ -234,6 +257,12 @@ class StoreWrapper(Store):
 
     def storage_options(self) -> dict[str, str]:
         return self.inner.storage_options()
+
+    def modified_ms(self, key: str) -> int | None:
+        return self.inner.modified_ms(key)
+
+    def clock_ms(self) -> int:
+        return self.inner.clock_ms()
 
     def check_root(self) -> None:
         self.inner.check_root()

@@ -142,6 +142,16 @@ class LocalStore(Store):
             return False
         return True
 
+    def modified_ms(self, key: str) -> int | None:
+        # The file system stamps files with this machine's clock, the one clock_ms reads.
+        path = self._join(key)
+        try:
+            mtime_ns = os.stat(path).st_mtime_ns
+            self._check_inside(key, path)
+        except (FileNotFoundError, NotADirectoryError, ObjectNotFoundError):
+            return None
+        return mtime_ns // 1_000_000
+
     def put(self, key: str, data: bytes) -> str:
         path = self._path(key)
         tmp = self._write_tmp(path, data)
@@ -223,3 +233,11 @@ class LocalStore(Store):
             os.unlink(self._path(key))
         except FileNotFoundError:
             pass
+
+    def prune(self, prefix: str) -> None:
+        top = os.path.join(self.root, *prefix.rstrip("/").split("/"))
+        for path, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(path)  # only if empty: a file written meanwhile stays
+            except OSError:
+                pass

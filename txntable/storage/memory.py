@@ -16,7 +16,9 @@ from txntable.storage.base import (
     validate_key,
 )
 
-_REGISTRY: dict[str, tuple[dict[str, StoredObject], list[str], threading.Lock]] = {}
+_REGISTRY: dict[
+    str, tuple[dict[str, StoredObject], list[str], threading.Lock, dict[str, int]]
+] = {}
 _REGISTRY_LOCK = threading.Lock()
 # One counter for every instance: two handles on the same name must never mint equal etags.
 _GENERATIONS = itertools.count(1)
@@ -35,8 +37,8 @@ class MemoryStore(Store):
         self.url = f"memory://{name}"
         with _REGISTRY_LOCK:
             if name not in _REGISTRY:
-                _REGISTRY[name] = ({}, [], threading.Lock())
-            self._objects, self._keys, self._lock = _REGISTRY[name]
+                _REGISTRY[name] = ({}, [], threading.Lock(), {})
+            self._objects, self._keys, self._lock, self._written = _REGISTRY[name]
 
     @staticmethod
     def drop(name: str) -> None:
@@ -49,6 +51,7 @@ class MemoryStore(Store):
         if key not in self._objects:
             bisect.insort(self._keys, key)
         self._objects[key] = StoredObject(bytes(data), etag)
+        self._written[key] = self.clock_ms()
         return etag
 
     def get(self, key: str) -> StoredObject:
@@ -64,6 +67,11 @@ class MemoryStore(Store):
         with self._lock:
             obj = self._objects.get(key)
             return None if obj is None else ObjectInfo(key, obj.etag, len(obj.data))
+
+    def modified_ms(self, key: str) -> int | None:
+        validate_key(key)
+        with self._lock:
+            return self._written.get(key)
 
     def put(self, key: str, data: bytes) -> str:
         validate_key(key)
@@ -104,3 +112,4 @@ class MemoryStore(Store):
         with self._lock:
             if self._objects.pop(key, None) is not None:
                 self._keys.remove(key)
+                del self._written[key]

@@ -17,6 +17,7 @@ log records or exception messages.
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import random
 import re
@@ -58,6 +59,7 @@ from txntable.storage.base import (
     refuse_unknown_options,
     validate_key,
 )
+from txntable.util import now_ms
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -456,15 +458,41 @@ class S3Store(Store):
             self._arrow_fs_cache = self.arrow_filesystem()[0]
         return self._arrow_fs_cache
 
-    def head(self, key: str) -> ObjectInfo | None:
+    def _head_object(self, key: str) -> dict[str, Any] | None:
         full = self._full_key(key)
         try:
-            response = self._call(
+            response: dict[str, Any] = self._call(
                 "HEAD", key, lambda: self._client.head_object(Bucket=self.bucket, Key=full)
             )
         except ObjectNotFoundError:
             return None
+        return response
+
+    def head(self, key: str) -> ObjectInfo | None:
+        response = self._head_object(key)
+        if response is None:
+            return None
         return ObjectInfo(key, _strip_etag(response["ETag"]), int(response["ContentLength"]))
+
+    def modified_ms(self, key: str) -> int | None:
+        response = self._head_object(key)
+        modified = None if response is None else response.get("LastModified")
+        return None if modified is None else int(modified.timestamp() * 1000)
+
+    def clock_ms(self) -> int:
+        """The server's time: the ``Date`` header of a HEAD of the bucket (whole seconds).
+        Without one (an emulator that sends none) this machine's clock stands in."""
+        try:
+            response = self._client.head_bucket(Bucket=self.bucket)
+        except (ClientError, BotoCoreError) as exc:
+            self._fail("HEAD", "", exc)
+        date = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        if not date:
+            return now_ms()
+        try:
+            return int(email.utils.parsedate_to_datetime(date).timestamp() * 1000)
+        except (TypeError, ValueError):
+            return now_ms()
 
     def check_root(self) -> None:
         """One HEAD of the bucket: a 404 means it does not exist.

@@ -1,4 +1,5 @@
-"""Store wrappers for tests, benchmarks and diagnostics: counting, latency, fault injection."""
+"""Store wrappers for tests, benchmarks and diagnostics: counting, latency, fault injection,
+a store clock moved ahead."""
 
 from __future__ import annotations
 
@@ -55,6 +56,14 @@ class CountingStore(StoreWrapper):
         """Return a copy of the counters with every kind present (zero if unused)."""
         with self._lock:
             return {kind: self.counts.get(kind, 0) for kind in REQUEST_KINDS}
+
+    def modified_ms(self, key: str) -> int | None:
+        self._count("HEAD")
+        return self.inner.modified_ms(key)
+
+    def clock_ms(self) -> int:
+        self._count("HEAD")
+        return self.inner.clock_ms()
 
     def get(self, key: str) -> StoredObject:
         self._count("GET")
@@ -149,6 +158,14 @@ class LatencyStore(StoreWrapper):
         self._wait()
         return self.inner.list(prefix, start_after)
 
+    def modified_ms(self, key: str) -> int | None:
+        self._wait()
+        return self.inner.modified_ms(key)
+
+    def clock_ms(self) -> int:
+        self._wait()
+        return self.inner.clock_ms()
+
     def list_children(self, prefix: str = "") -> Iterator[str]:
         self._wait()
         return self.inner.list_children(prefix)
@@ -161,6 +178,18 @@ class LatencyStore(StoreWrapper):
         for _ in range(0, len(keys), 1000):
             self._wait()
         self.inner.delete_many(keys)
+
+
+class ClockAheadStore(StoreWrapper):
+    """A store whose clock (:meth:`Store.clock_ms`) reads ``ahead_ms`` later: pretends that
+    time has passed on the store, which is what log cleanup and vacuum measure ages on."""
+
+    def __init__(self, inner: Store, ahead_ms: int) -> None:
+        super().__init__(inner)
+        self.ahead_ms = ahead_ms
+
+    def clock_ms(self) -> int:
+        return self.inner.clock_ms() + self.ahead_ms
 
 
 @dataclass

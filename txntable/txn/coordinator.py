@@ -44,12 +44,17 @@ from txntable.protocol.append import AppendResult, PendingBatch, PendingMarker
 from txntable.storage.base import Store
 from txntable.storage.cas import load_object, put_cas
 from txntable.table import Table
-from txntable.util import now_ms
+from txntable.util import now_ms, remaining_ms
 
 TXN_STATE_VERSION = 1
 PRODUCER_IDS_VERSION = 1
 #: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
 MAX_PRODUCER_EPOCH = 32767
+
+
+def _decided(on_decided: Callable[[bool], None] | None, committed: bool) -> None:
+    if on_decided is not None:
+        on_decided(committed)
 
 
 class TxnState(enum.Enum):
@@ -381,13 +386,19 @@ class TransactionCoordinator:
             return self._tables[name]
 
     def write_markers(
-        self, meta: TxnMetadata, marker_type: str, results: dict[str, AppendResult] | None = None
+        self,
+        meta: TxnMetadata,
+        marker_type: str,
+        results: dict[str, AppendResult] | None = None,
+        deadline: float | None = None,
     ) -> None:
         """Write ``marker_type`` markers for ``meta``'s transaction to every participant.
 
         One log commit per table covers all its partitions. Markers are skipped where the
         producer has nothing open, so running this twice writes each marker once. The
-        append of each table is reported in ``results`` (the short path's offsets).
+        append of each table is reported in ``results`` (the short path's offsets). Each
+        append is retried until ``deadline`` (``time.monotonic()``; default: the table's
+        commit timeout).
         """
         assert marker_type in ("COMMIT", "ABORT")
         for table_name, partitions in sorted(meta.partitions.items()):
@@ -399,7 +410,10 @@ class TransactionCoordinator:
             # already, the sequences make it a duplicate and only missing markers are written.
             batches = list(meta.intent.get(table_name, ())) if marker_type == "COMMIT" else []
             result, _ = self._table(table_name).append(
-                batches, markers, transactional_id=meta.transactional_id
+                batches,
+                markers,
+                transactional_id=meta.transactional_id,
+                timeout_ms=None if deadline is None else remaining_ms(deadline),
             )
             if results is not None:
                 results[table_name] = result
@@ -412,7 +426,11 @@ class TransactionCoordinator:
         return {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch + 1}
 
     def complete(
-        self, meta: TxnMetadata, etag: str, results: dict[str, AppendResult] | None = None
+        self,
+        meta: TxnMetadata,
+        etag: str,
+        results: dict[str, AppendResult] | None = None,
+        deadline: float | None = None,
     ) -> tuple[TxnMetadata, str]:
         """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state.
 
@@ -432,7 +450,7 @@ class TransactionCoordinator:
         else:
             raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
         try:
-            self.write_markers(meta, marker, results)
+            self.write_markers(meta, marker, results, deadline)
         except ProducerFencedError as e:
             raise PreconditionFailedError(
                 f"transactional id {meta.transactional_id}: transaction already completed and "
@@ -564,6 +582,8 @@ class TransactionCoordinator:
         intent: dict[str, tuple[PendingBatch, ...]],
         cached: tuple[TxnMetadata, str] | None,
         results: dict[str, AppendResult] | None = None,
+        deadline: float | None = None,
+        on_decided: Callable[[bool], None] | None = None,
     ) -> tuple[TxnMetadata, str]:
         """Commit a transaction whose data is not in any log yet, in three writes.
 
@@ -571,6 +591,8 @@ class TransactionCoordinator:
         table holding the data and its markers, one CAS to CompleteCommit. ``cached`` is the
         object and etag from this producer's last CAS, which saves the read; if it is stale
         the CAS fails and the object is read again (and the producer may be fenced).
+        ``on_decided(True)`` is called once the decision is known to be made (the CAS
+        landed, or an earlier attempt's decision was found), before the markers.
 
         Raises:
             ProducerFencedError: The producer was fenced.
@@ -582,11 +604,13 @@ class TransactionCoordinator:
             if self.completed_for(meta, pid, epoch):
                 if meta.state is TxnState.COMPLETE_ABORT:
                     raise InvalidTxnStateError("transaction was aborted by the coordinator")
+                _decided(on_decided, True)
                 return meta, etag  # another client finished our decision
             if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
                 # Our own earlier attempt (whose outcome was unknown) made the decision.
+                _decided(on_decided, True)
                 try:
-                    return self.complete(meta, etag, results)
+                    return self.complete(meta, etag, results, deadline)
                 except PreconditionFailedError:
                     cached = None  # completed by another client meanwhile: reload, confirm
                     continue
@@ -602,15 +626,26 @@ class TransactionCoordinator:
             except PreconditionFailedError:
                 cached = None
                 continue
+            _decided(on_decided, True)
             try:
-                return self.complete(prepared, etag, results)
+                return self.complete(prepared, etag, results, deadline)
             except PreconditionFailedError:
                 cached = None  # another client completed it first: reload and confirm
 
     def end_transaction(
-        self, transactional_id: str, pid: int, epoch: int, commit: bool
+        self,
+        transactional_id: str,
+        pid: int,
+        epoch: int,
+        commit: bool,
+        deadline: float | None = None,
+        on_decided: Callable[[bool], None] | None = None,
     ) -> tuple[int, int]:
         """Kafka's EndTxn: CAS to Prepare*, write markers, CAS to Complete*.
+
+        ``on_decided(committed)`` is called once the decision is known to be made (the
+        Prepare CAS landed, or an earlier attempt's decision was found), before the markers;
+        they are retried until ``deadline``.
 
         Returns:
             The producer id and epoch the producer continues with (the epoch is bumped by
@@ -627,6 +662,7 @@ class TransactionCoordinator:
             meta, etag = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
             if self.completed_for(meta, pid, epoch):
                 committed = meta.state is TxnState.COMPLETE_COMMIT
+                _decided(on_decided, committed)
                 if committed != commit:
                     raise InvalidTxnStateError(
                         f"transactional id {transactional_id}: the transaction was "
@@ -639,11 +675,13 @@ class TransactionCoordinator:
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                     # Our own earlier attempt (outcome unknown) made a decision: finish it;
                     # the completed state then tells which way it went.
-                    self.complete(meta, etag)
+                    _decided(on_decided, meta.state is TxnState.PREPARE_COMMIT)
+                    self.complete(meta, etag, deadline=deadline)
                     continue
                 prepared = meta.transition(target)
                 etag = self.cas(prepared, etag)
-                done, _ = self.complete(prepared, etag)
+                _decided(on_decided, commit)
+                done, _ = self.complete(prepared, etag, deadline=deadline)
                 return done.producer_id, done.producer_epoch
             except PreconditionFailedError:
                 continue  # another client moved it first: reload and confirm

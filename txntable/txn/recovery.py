@@ -12,8 +12,10 @@ until someone runs ``recover``.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import uuid
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -24,8 +26,11 @@ from txntable.errors import (
     TransientStorageError,
     TxnTableError,
 )
+from txntable.layout import sweep_key
+from txntable.protocol.actions import loads_strict
 from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
+from txntable.storage.cas import load_object, put_cas
 from txntable.txn.coordinator import TransactionCoordinator, TxnState
 from txntable.util import now_ms, retry_transient
 
@@ -107,6 +112,79 @@ def finish_if_stuck(
     return StuckCheck()
 
 
+SWEEP_FORMAT_VERSION = 1
+
+
+def claim_sweep(store: Store, root: str, interval_ms: int, now: int) -> bool:
+    """Whether this client is the one to sweep ``root``'s decided transactions now.
+
+    At most one client per ``interval_ms`` (by the writers' clocks): the last sweep's time
+    is a CAS object, so many producers of a table cost one GET each per interval and one
+    sweep in all. A damaged object is replaced. Safety never depends on it.
+    """
+    key = sweep_key(root)
+    obj = load_object(store, key)
+    if obj is not None:
+        try:
+            last = loads_strict(obj.data)["sweptMs"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            last = 0
+        if isinstance(last, int) and now < last + interval_ms:
+            return False
+    body = json.dumps(
+        {"version": SWEEP_FORMAT_VERSION, "sweptMs": now, "writeId": uuid.uuid4().hex},
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+    try:
+        put_cas(store, key, body, None if obj is None else obj.etag)
+    except PreconditionFailedError:
+        return False  # another client claimed it
+    return True
+
+
+def finish_decided(
+    coordinator: TransactionCoordinator,
+    table_name: str,
+    now: int,
+    grace_ms: int,
+    skip: str | None = None,
+) -> list[str]:
+    """Complete every PrepareCommit / PrepareAbort naming ``table_name`` whose grace
+    period has passed (the producer that decided it is gone).
+
+    A decided short-path commit leaves no trace in its table before its markers (its data
+    travels in the coordinator object), so no reader or writer of the table sees it; this
+    finds it through the coordinator objects: one LIST and one GET per transactional id, a
+    maintenance step, never on a hot path. Failures are logged, never raised.
+
+    Returns:
+        The transactional ids completed.
+    """
+    finished = []
+    for tid in coordinator.transactional_ids():
+        if tid == skip:
+            continue
+        try:
+            loaded = coordinator.load(tid)
+            if loaded is None:
+                continue
+            meta, etag = loaded
+            decided = meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+            if not decided or table_name not in meta.partitions:
+                continue
+            if now < meta.last_update_timestamp + grace_ms:
+                continue  # its producer may still be finishing it
+            _log.info("completing the %s of %s (decided, never finished)", meta.state.value, tid)
+            coordinator.complete(meta, etag)
+            finished.append(tid)
+        except PreconditionFailedError:
+            continue  # another client completed it
+        except TxnTableError as e:
+            _log.warning("could not complete the transaction of %s: %s", tid, e)
+    return finished
+
+
 class StuckTransactionFinisher:
     """Finishes, on a table's behalf, transactions that dead producers left open.
 
@@ -140,6 +218,11 @@ class StuckTransactionFinisher:
         self.own_id = own_id
         self._next_check: dict[str, int] = {}
         self._lock = threading.Lock()
+
+    def finish_decided(self, table_name: str, now: int | None = None) -> list[str]:
+        """:func:`finish_decided` for ``table_name`` with this finisher's grace period."""
+        clock = now_ms() if now is None else now
+        return finish_decided(self.coordinator, table_name, clock, self.grace_ms, self.own_id)
 
     def check(self, snap: TableSnapshot, now: int | None = None) -> list[str]:
         """Finish what is due among the transactions open in ``snap``.

@@ -57,6 +57,7 @@ def main() -> None:
         heartbeat_interval_ms=100,
         partition_assignment_strategy=strategy,
         unstable_offset_timeout_ms=0,
+        enable_auto_commit=False,  # commits are the worker's (or its transactions')
     )
     c.subscribe(["in"])
     status = os.path.join(status_dir, f"{name}.json")

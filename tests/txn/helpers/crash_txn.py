@@ -19,10 +19,11 @@ Crash points:
 * ``all_markers``: every COMMIT marker written, before the CompleteCommit CAS.
 * ``prepare_abort``: the producer aborts t2; PrepareAbort written, before any marker.
 * ``some_abort_markers``: ABORT markers of ``ta`` written, not those of ``tb``.
-* ``short_prepare_commit``, ``short_some_markers``, ``short_all_markers``: as above, but t2
-  sends no group offsets and nothing before the commit, so the producer takes the short
-  path: PrepareCommit carries the data as an intent, and each table gets one log version
-  holding its data and markers together.
+* ``buffered_prepare_commit``, ``buffered_some_markers``, ``buffered_all_markers``: as
+  above, but t2 sends no group offsets and nothing before the commit. A one-table
+  transaction would take the short path; across two tables the producer takes the normal
+  path (issue 25.2), so the data is in both logs as open transactional batches before the
+  decision and holds each LSO until its markers.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ POINTS = (
     "all_markers",
     "prepare_abort",
     "some_abort_markers",
-    "short_prepare_commit",
-    "short_some_markers",
-    "short_all_markers",
+    "buffered_prepare_commit",
+    "buffered_some_markers",
+    "buffered_all_markers",
 )
 
 
@@ -64,14 +65,14 @@ def die() -> None:
 
 def arm(point: str) -> None:
     """Monkeypatch the library so the process SIGKILLs itself at ``point``."""
-    point = point.removeprefix("short_")
+    point = point.removeprefix("buffered_")
     orig_append = Table.append
     orig_cas = TransactionCoordinator.cas
 
-    def append(self, batches, markers=None, app_txn=None, transactional_id=None):  # type: ignore[no-untyped-def]
+    def append(self, batches, markers=None, app_txn=None, transactional_id=None, timeout_ms=None):  # type: ignore[no-untyped-def]  # noqa: E501
         if point == "registered" and batches:
             die()  # add_partitions for this table returned; its data is not committed
-        result = orig_append(self, batches, markers, app_txn, transactional_id)
+        result = orig_append(self, batches, markers, app_txn, transactional_id, timeout_ms)
         if markers and self.name == "ta":
             kind = markers[0].type
             if (point, kind) in (("some_markers", "COMMIT"), ("some_abort_markers", "ABORT")):
@@ -132,7 +133,7 @@ def main() -> int:
 
     producer.begin_transaction()
     send_all(producer, "t2")
-    if not point.startswith("short_"):
+    if not point.startswith("buffered_"):
         producer.send_offsets_to_transaction({SOURCE_TP: OffsetAndMetadata(2, "t2")}, GROUP)
     if point in ("prepare_abort", "some_abort_markers"):
         producer.flush()

@@ -1,0 +1,1 @@
+"""The Delta Lake mirror of read_committed: publishing (:mod:`txntable.mirror.publisher`)."""
