@@ -18,6 +18,7 @@ from txntable import (
 )
 from txntable.errors import (
     CorruptLogError,
+    InvalidConfigurationError,
     InvalidTableNameError,
     MissingSegmentError,
     RecordTooLargeError,
@@ -173,7 +174,7 @@ def test_table_existence(wh: Warehouse) -> None:
     with pytest.raises(TableNotFoundError):
         wh.table("missing")
     assert wh.list_tables() == ["a.b-C_1"]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidConfigurationError, match="partitions must be a positive integer"):
         wh.create_table("zero", partitions=0)
 
 

@@ -333,6 +333,49 @@ def test_commit_before_joining_is_refused(wh: Warehouse) -> None:
     c.close()
 
 
+def test_a_member_that_lost_a_rebalance_cannot_commit_offsets_in_a_transaction(
+    wh: Warehouse,
+) -> None:
+    """KIP-447 with a real rebalance: consume-transform-produce by a member whose partitions
+    moved while it was not polling; its transactional offset commit carries its old group
+    metadata and is refused, and its transaction aborts with nothing visible."""
+    wh.create_table("out", partitions=1)
+    a = _consumer(wh)
+    a.subscribe([T])
+    _settle([a], wh)
+    got = a.poll(0, max_records=60)
+    stale = a.group_metadata()
+    assert a._subscription is not None
+    a._subscription.stop_heartbeat()  # as if paused: b joins, a's session expires
+    b = _consumer(wh)
+    b.subscribe([T])
+    time.sleep(1.6)
+    for _ in range(20):
+        b.poll(0, max_records=1)
+        if b.assignment() == ALL:
+            break
+        time.sleep(0.05)
+    assert b.assignment() == ALL
+    assert b.group_metadata().generation_id > stale.generation_id
+
+    producer = Producer(wh, transactional_id="ctp-a")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for records in got.values():
+        for r in records:
+            producer.send("out", value=r.value, partition=0)
+    offsets = {tp: OffsetAndMetadata(a.position(tp)) for tp in got}
+    # Refused before the new owner committed anything: applying generation 2 fenced 1.
+    with pytest.raises(IllegalGenerationError):
+        producer.send_offsets_to_transaction(offsets, stale)
+    producer.abort_transaction()
+    producer.close()
+    assert all(b.committed(TopicPartition(T, p)) is None for p in range(6))
+    assert wh.table("out").scan(isolation_level="read_committed").to_arrow().num_rows == 0
+    a.close()
+    b.close()
+
+
 def test_a_rebalance_elsewhere_does_not_fail_a_members_transaction(wh: Warehouse) -> None:
     # b keeps its partitions while c joins a and splits theirs (generations move, c fences
     # its own): b's next transaction commits its offsets without waiting for a heartbeat.

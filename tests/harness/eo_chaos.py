@@ -3,8 +3,10 @@
 Every request may, with the configured probabilities: raise before reaching storage, reach
 storage and then raise (the ambiguous write), be slow, or be a *late write*: the caller sees
 an error at once while the write lands up to ``late_max_s`` later, after the client gave up
-and moved on. While the shared outage file names a time in the future, every request raises
-(storage down for seconds). Each injected fault is reported through ``on_fault``.
+and moved on. Writes of the keys that decide commits (log versions, group-commit intents,
+lease and outcome record) can be made ambiguous more often than others (``after_hot``).
+While the shared outage file names a time in the future, every request raises (storage down
+for seconds). Each injected fault is reported through ``on_fault``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from txntable.errors import TransientStorageError
@@ -38,17 +40,20 @@ class ChaosConfig:
     late_max_s: float = 1.5
     #: File holding a UNIX time until which storage is down (written by the driver).
     outage_file: str | None = None
+    #: Written-then-failed probability of writes whose key contains one of ``hot_keys``
+    #: (on top of ``after``).
+    after_hot: float = 0.0
+    hot_keys: tuple[str, ...] = ("/_log/", "/_commit/")
 
     def scaled(self, factor: float) -> ChaosConfig:
         """The same faults, ``factor`` times as likely."""
-        return ChaosConfig(
-            self.before * factor,
-            self.after * factor,
-            self.late * factor,
-            self.slow * factor,
-            self.slow_max_s,
-            self.late_max_s,
-            self.outage_file,
+        return replace(
+            self,
+            before=self.before * factor,
+            after=self.after * factor,
+            late=self.late * factor,
+            slow=self.slow * factor,
+            after_hot=self.after_hot * factor,
         )
 
 
@@ -114,6 +119,11 @@ class ChaosStore(StoreWrapper):
             self.on_fault("after", op, key)
             raise TransientStorageError(f"chaos: failed after {op} {key}")
         r -= cfg.after
+        if write and cfg.after_hot and any(part in key for part in cfg.hot_keys):
+            if self._roll() < cfg.after_hot:
+                fn()
+                self.on_fault("after", op, key)
+                raise TransientStorageError(f"chaos: failed after {op} {key}")
         if write and r < cfg.late:
             delay = self._roll() * cfg.late_max_s
             self.on_fault("late", op, key)

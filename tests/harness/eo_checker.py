@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from txntable import Consumer, TopicPartition, Warehouse
 
@@ -36,10 +35,39 @@ ANOMALIES = (
     "ctp_phantom",  # an output whose input is not a committed record
     "untyped_error",  # an exception outside the TxnTableError hierarchy
     "verify_error",  # Table.verify() found a protocol violation
+    "consumer_skip",  # a committed record below a live consumer's position it never returned
+    "dirty_read",  # returned at or above its read's LSO, or before its transaction decided
+    "no_progress",  # a worker kind that ran never did its work (commit, ack, read, ...)
+    "zombie_commit",  # a zombie committed what it decided after its successor initialised
+    "hung_worker",  # a worker that did not stop when asked (killed at stop)
+    "worker_exit",  # a worker that gave up on an error (not fenced, not asked to stop)
 )
+
+#: What counts as progress for each worker kind (see ``no_progress``).
+PROGRESS = {
+    "txn": "a committed transaction",
+    "idem": "an acknowledged send",
+    "ctp": "a committed transaction that moved the group offsets",
+    "consumer": "a record read",
+    "maint": "a completed maintenance operation",
+    "mw": "a committed transaction or an acknowledged send",
+}
 
 Pos = tuple[str, int, int]  # table, partition, offset
 Row = tuple[int, int, str]  # partition, offset, value
+
+
+class Seen(NamedTuple):
+    """One record a live read_committed consumer returned."""
+
+    table: str
+    partition: int
+    offset: int
+    value: str
+    #: The LSO of the snapshot the poll read (None: not journaled).
+    lso: int | None = None
+    #: When the poll had returned (journal time, seconds).
+    ts: float = 0.0
 
 
 @dataclass
@@ -49,6 +77,19 @@ class Txn:
     sends: list[tuple[str, str, int]] = field(default_factory=list)  # value, table, partition
     acks: dict[str, Pos] = field(default_factory=dict)
     outcome: str = "unknown"  # commit | abort | unknown (error, or no end: killed)
+    #: When the client decided to commit (journaled before ``commit_transaction``).
+    decided_at: float | None = None
+    journal: str = ""
+    #: Whether its client journaled an end (else it was killed before one).
+    ended: bool = False
+
+
+@dataclass
+class Zombie:
+    """A worker the driver paused while a successor with its transactional id initialised."""
+
+    journal: str
+    successor: str
 
 
 @dataclass
@@ -58,8 +99,10 @@ class History:
     txns: dict[str, Txn] = field(default_factory=dict)
     #: Idempotent values: value -> (table, partition, acknowledged offset or None).
     idem: dict[str, tuple[str, int, int | None]] = field(default_factory=dict)
-    #: Per live consumer journal, the records it saw in order: (table, partition, offset, value).
-    seen: dict[str, list[tuple[str, int, int, str]]] = field(default_factory=dict)
+    #: Per live consumer journal, the records it saw in order.
+    seen: dict[str, list[Seen]] = field(default_factory=dict)
+    #: Per live consumer journal, its last journaled position per (table, partition).
+    positions: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
     #: Per journal, describe() samples in order: (table, version, [(start, lso, hw), ...]).
     samples: dict[str, list[tuple[str, int, list[tuple[int, int, int]]]]] = field(
         default_factory=dict
@@ -69,6 +112,25 @@ class History:
     untyped: list[str] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
     ctp_txns: Counter[str] = field(default_factory=Counter)
+    #: Worker kinds that started, and per kind how much of its work it did.
+    roles: set[str] = field(default_factory=set)
+    progress: Counter[str] = field(default_factory=Counter)
+    #: Per ``<journal>/<transactional id>``: when a producer finished ``init_transactions``.
+    inits: dict[str, list[float]] = field(default_factory=dict)
+    #: Per journal: why it exited (its last exit entry).
+    exits: dict[str, str] = field(default_factory=dict)
+    zombies: list[Zombie] = field(default_factory=list)
+    #: Workers killed because they did not stop; workers that exited on their own.
+    hung: list[str] = field(default_factory=list)
+    exited: list[str] = field(default_factory=list)
+    #: Group-commit handle id -> the journal of the process that opened it.
+    committers: dict[str, str] = field(default_factory=dict)
+    #: Per journal, its group-commit handles' last reported counters (rounds, helps, ...).
+    gc_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def zombie_outcomes(self) -> Counter[str]:
+        """How each zombie ended: ``fenced``, or its last exit reason (``none``: no exit)."""
+        return Counter(self.exits.get(z.journal, "none") for z in self.zombies)
 
 
 @dataclass
@@ -110,55 +172,123 @@ class Report:
 # --- journals --------------------------------------------------------------------------------
 
 
-def read_lines(path: Path) -> Iterable[dict[str, Any]]:
-    for line in path.read_text().splitlines():
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the partial last line of a killed process
+def journal_name(role: str, slot: int, inc: int) -> str:
+    return f"{role}-{slot}-{inc}"
+
+
+class JournalReader:
+    """Folds the journals of a directory into a :class:`History`, incrementally.
+
+    :meth:`feed` reads the complete lines appended since the last call (the driver calls it
+    while the run goes on, to see whether it has done enough work, without reading the
+    whole history again); ``final=True`` also drops what a killed process left of a line.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.history = History()
+        self._offsets: dict[Path, int] = {}
+
+    def feed(self, final: bool = False) -> History:
+        for path in sorted(self.directory.glob("*.jsonl")):
+            start = self._offsets.get(path, 0)
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read()
+            complete = data.rfind(b"\n") + 1
+            self._offsets[path] = start + (len(data) if final else complete)
+            for line in data[:complete].splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line a killed process left half written, then more
+                fold(self.history, path.stem, entry)
+        return self.history
 
 
 def load_journals(directory: Path) -> History:
-    h = History()
-    for path in sorted(directory.glob("*.jsonl")):
-        name = path.stem
-        ctp = name.startswith("ctp")
-        for e in read_lines(path):
-            kind = e["e"]
-            if kind == "fault":
-                h.faults[f"store_{e['kind']}" if e["kind"] != "outage" else "outage_seen"] += 1
-            elif kind == "driver_fault":
-                h.faults[e["kind"]] += 1
-            elif kind == "untyped":
-                h.untyped.append(f"{name}: {e['where']}: {e['err']}")
-            elif ctp:
-                if kind == "end":
-                    h.ctp_txns[e["outcome"]] += 1
-            elif kind == "begin":
-                h.txns[e["txn"]] = Txn()
-            elif kind == "send":
-                txn = h.txns[e["txn"]]
-                txn.sends.extend((v, e["t"], e["p"]) for v in e["vs"])
-            elif kind == "acks":
-                txn = h.txns[e["txn"]]
-                for v, t, p, o in e["acks"]:
-                    txn.acks[v] = (t, p, o)
-            elif kind == "end":
-                h.txns[e["txn"]].outcome = e["outcome"]
-            elif kind == "stall":
-                h.faults["txn_stall"] += 1
-            elif kind == "isend":
-                h.idem[e["v"]] = (e["t"], e["p"], None)
-            elif kind == "iack":
-                h.idem[e["v"]] = (e["t"], e["p"], e["o"])
-            elif kind == "seen":
-                h.seen.setdefault(name, []).extend(tuple(r) for r in e["recs"])  # type: ignore[misc]
-            elif kind == "desc":
-                parts = [tuple(x) for x in e["parts"]]
-                h.samples.setdefault(name, []).append((e["t"], e["v"], parts))  # type: ignore[arg-type]
-            elif kind == "deleting":
-                h.deleted.extend(tuple(r) for r in e["recs"])  # type: ignore[misc]
-    return h
+    return JournalReader(directory).feed(final=True)
+
+
+def fold(h: History, name: str, e: dict[str, Any]) -> None:
+    """Add one journal entry of journal ``name`` (``<role>-<slot>-<inc>``) to ``h``."""
+    kind = e["e"]
+    role = name.split("-", 1)[0]
+    if kind == "fault":
+        h.faults[f"store_{e['kind']}" if e["kind"] != "outage" else "outage_seen"] += 1
+        if e["kind"] == "after":  # ambiguous writes of the keys that decide commits
+            for part, what in (("/_log/", "log"), ("/_commit/", "commit")):
+                if part in e["key"]:
+                    h.faults[f"store_after_{what}"] += 1
+    elif kind == "driver_fault":
+        h.faults[e["kind"]] += 1
+        if e["kind"] == "zombie":
+            h.zombies.append(
+                Zombie(
+                    journal_name(e["role"], e["slot"], e["inc"]),
+                    journal_name(e["role"], e["slot"], e["inc"] + 1),
+                )
+            )
+    elif kind == "stuck_at_stop":
+        h.hung.append(e["journal"])
+    elif kind == "exited":
+        h.exited.append(e["journal"])
+    elif kind == "untyped":
+        h.untyped.append(f"{name}: {e['where']}: {e['err']}")
+    elif kind == "start":
+        h.roles.add(role)
+    elif kind == "init":
+        h.inits.setdefault(f"{name}/{e.get('tid', '')}", []).append(e["ts"])
+    elif kind == "exit":
+        h.exits[name] = e["why"]
+    elif kind == "maint":
+        h.progress["maint"] += 1
+    elif kind == "gc":
+        h.committers[e["id"]] = name
+    elif kind == "gc_stats":
+        h.gc_stats[name] = e["stats"]
+    elif role == "ctp":
+        if kind == "end":
+            h.ctp_txns[e["outcome"]] += 1
+            if e["outcome"] == "commit":
+                h.progress["ctp"] += 1
+    elif kind == "begin":
+        h.txns[e["txn"]] = Txn(journal=name)
+    elif kind == "send":
+        txn = h.txns[e["txn"]]
+        txn.sends.extend((v, e["t"], e["p"]) for v in e["vs"])
+    elif kind == "deciding":
+        if e["d"] == "commit":
+            h.txns[e["txn"]].decided_at = e["ts"]
+    elif kind == "acks":
+        txn = h.txns[e["txn"]]
+        for v, t, p, o in e["acks"]:
+            txn.acks[v] = (t, p, o)
+    elif kind == "end":
+        txn = h.txns[e["txn"]]
+        txn.outcome, txn.ended = e["outcome"], True
+        if e["outcome"] == "commit":
+            h.progress[role] += 1
+    elif kind == "stall":
+        h.faults["txn_stall"] += 1
+    elif kind == "isend":
+        h.idem[e["v"]] = (e["t"], e["p"], None)
+    elif kind == "iack":
+        h.idem[e["v"]] = (e["t"], e["p"], e["o"])
+        h.progress[role] += 1
+    elif kind == "seen":
+        bounds = {(t, p): lso for t, p, _, lso in e.get("parts", ())}
+        recs = [Seen(t, p, o, v, bounds.get((t, p)), e["ts"]) for t, p, o, v in e["recs"]]
+        h.seen.setdefault(name, []).extend(recs)
+        positions = h.positions.setdefault(name, {})
+        for t, p, pos, _ in e.get("parts", ()):
+            positions[(t, p)] = pos
+        h.progress["consumer"] += len(recs)
+    elif kind == "desc":
+        parts = [tuple(x) for x in e["parts"]]
+        h.samples.setdefault(name, []).append((e["t"], e["v"], parts))
+    elif kind == "deleting":
+        h.deleted.extend(tuple(r) for r in e["recs"])
 
 
 # --- final state -----------------------------------------------------------------------------
@@ -298,24 +428,12 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
         if len(ps) > 1:
             r.add("duplicate", f"{v} at {sorted(ps)}")
     for v, ps in ru.items():
-        if len(ps) > 1 and len(visible.get(v, ())) <= 1:
+        # A CTP output is the same value in every attempt at its input (an attempt that
+        # aborted after its data reached the log, then the retry): at most one committed.
+        if len(ps) > 1 and len(visible.get(v, ())) <= 1 and not v.startswith("ctp|"):
             r.add("duplicate", f"{v} read_uncommitted at {sorted(ps)}")
 
-    # Live consumers: increasing offsets per partition, nothing aborted, same offsets.
-    for name, recs in h.seen.items():
-        last: dict[tuple[str, int], int] = {}
-        for t, p, o, v in recs:
-            if o <= last.get((t, p), -1):
-                r.add("non_monotonic", f"{name}: {t}[{p}] {o} after {last[(t, p)]}")
-            last[(t, p)] = o
-            if v not in visible:
-                txn = h.txns.get(v.rsplit("/", 1)[0])
-                kind = (
-                    "aborted_read" if txn is not None and txn.outcome == "abort" else "lost_write"
-                )
-                r.add(kind, f"{name} saw {v} at {t}[{p}]@{o} read_committed; not there at the end")
-            elif (t, p, o) not in visible[v]:
-                r.add("offset_mismatch", f"{name} saw {v} at {t}[{p}]@{o}, final {visible[v]}")
+    check_live_consumers(r, h, final, visible)
 
     # Transactions: aborted invisible, committed wholly visible, never torn.
     outcomes: Counter[str] = Counter()
@@ -327,6 +445,9 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
         outcomes[txn.outcome] += 1
         if txn.outcome == "abort" and vis:
             r.add("aborted_read", f"{name}: aborted, yet {vis[:3]} read_committed")
+        elif txn.decided_at is None and vis:
+            # Killed or failed before it asked to commit: only an abort may follow.
+            r.add("aborted_read", f"{name}: never asked to commit, yet {vis[:3]} read_committed")
         elif txn.outcome == "commit" and len(vis) < len(vals):
             missing = [v for v in vals if v not in visible]
             r.add("lost_write", f"{name}: committed, {missing[:3]} missing")
@@ -342,9 +463,12 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
     for v, ps in ru.items():
         if v in rc or v.startswith("ctp|"):  # CTP outputs: checked by check_ctp
             continue
-        txn_name = v.rsplit("/", 1)[0]
-        txn = h.txns.get(txn_name)
-        if txn is None or txn.outcome == "commit" or any(x in visible for x, _, _ in txn.sends):
+        owner = h.txns.get(v.rsplit("/", 1)[0])
+        if (
+            owner is None
+            or owner.outcome == "commit"
+            or any(x in visible for x, _, _ in owner.sends)
+        ):
             r.add("rc_not_ru_minus_aborted", f"{v} at {sorted(ps)} read_uncommitted only")
     for v, ps in rc.items():
         if v not in ru:
@@ -352,15 +476,15 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
 
     # Idempotent producer: acknowledged values present once, at their offset.
     idem_acked = idem_err = 0
-    for v, (t, p, o) in h.idem.items():
-        if o is None:
+    for v, (t, p, acked) in h.idem.items():
+        if acked is None:
             idem_err += 1
             continue
         idem_acked += 1
         if v not in visible:
-            r.add("lost_write", f"idempotent {v} acknowledged at {t}[{p}]@{o}, missing")
-        elif (t, p, o) not in visible[v]:
-            r.add("offset_mismatch", f"idempotent {v} acknowledged at {o}, read at {visible[v]}")
+            r.add("lost_write", f"idempotent {v} acknowledged at {t}[{p}]@{acked}, missing")
+        elif (t, p, acked) not in visible[v]:
+            r.add("offset_mismatch", f"idempotent {v} acked at {acked}, read at {visible[v]}")
 
     # describe() samples: LSO, HW, log start never go back; start <= LSO <= HW.
     for name, samples in h.samples.items():
@@ -378,6 +502,7 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
 
     if ctp_table is not None and ctp_table in final.reads:
         check_ctp(r, final, ctp_table)
+    check_workers(r, h, final)
     for u in h.untyped:
         r.add("untyped_error", u)
     for e in final.verify_errors:
@@ -388,11 +513,102 @@ def check(h: History, final: Final, ctp_table: str | None = None) -> Report:
         "ctp_transactions": dict(h.ctp_txns),
         "idempotent": {"acknowledged": idem_acked, "not_acknowledged": idem_err},
         "faults": dict(sorted(h.faults.items())),
+        "zombies": dict(h.zombie_outcomes()),
+        "unknown_share": {
+            "transactions": _share(outcomes["unknown"], len(h.txns)),
+            "ctp_transactions": _share(h.ctp_txns["unknown"], sum(h.ctp_txns.values())),
+        },
+        "progress": dict(sorted(h.progress.items())),
+        # Killed after deciding to commit, before its end: between intent and ack.
+        "killed_while_committing": sum(
+            1 for t in h.txns.values() if t.decided_at is not None and not t.ended
+        ),
+        "group_commit": dict(sum((Counter(s) for s in h.gc_stats.values()), Counter())),
         "records_read_committed": sum(len(x["rc_poll"]) for x in final.reads.values()),
         "records_deleted": len(h.deleted),
         "readers": sorted({name for reads in final.reads.values() for name in reads}),
     }
     return r
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 3) if whole else 0.0
+
+
+def check_live_consumers(r: Report, h: History, final: Final, visible: dict[str, set[Pos]]) -> None:
+    """What each live read_committed consumer returned, against the final tables.
+
+    Offsets increase per partition; every record returned is committed at that offset in
+    the end (else aborted or lost), was below the LSO of the snapshot its poll read and was
+    returned no earlier than its client decided to commit it (else a dirty read); and every
+    committed record below the consumer's last journaled position was returned (else a
+    skip), except those ``delete_records`` removed, which a consumer may miss.
+    """
+    deleted = {(t, p, o) for t, p, o, _ in h.deleted}
+    committed: dict[tuple[str, int], list[tuple[int, str]]] = defaultdict(list)
+    for table, reads in final.reads.items():
+        for p, o, v in reads["rc_poll"]:
+            committed[(table, p)].append((o, v))
+    for name, recs in h.seen.items():
+        last: dict[tuple[str, int], int] = {}
+        returned: set[Pos] = set()
+        for t, p, o, v, lso, ts in recs:
+            returned.add((t, p, o))
+            if o <= last.get((t, p), -1):
+                r.add("non_monotonic", f"{name}: {t}[{p}] {o} after {last[(t, p)]}")
+            last[(t, p)] = o
+            txn = h.txns.get(v.rsplit("/", 1)[0])
+            if v not in visible:
+                kind = (
+                    "aborted_read" if txn is not None and txn.outcome == "abort" else "lost_write"
+                )
+                r.add(kind, f"{name} saw {v} at {t}[{p}]@{o} read_committed; not there at the end")
+            elif (t, p, o) not in visible[v]:
+                r.add("offset_mismatch", f"{name} saw {v} at {t}[{p}]@{o}, final {visible[v]}")
+            if lso is not None and o >= lso:
+                r.add("dirty_read", f"{name} saw {v} at {t}[{p}]@{o}, its read's LSO {lso}")
+            # Journal times are rounded to the millisecond: a margin of one keeps it sound.
+            elif txn is not None and (txn.decided_at is None or ts + 0.001 < txn.decided_at):
+                r.add("dirty_read", f"{name} saw {v} at {ts}, committed at {txn.decided_at}")
+        for (t, p), position in h.positions.get(name, {}).items():
+            for o, v in committed.get((t, p), ()):
+                if o < position and (t, p, o) not in returned and (t, p, o) not in deleted:
+                    r.add("consumer_skip", f"{name}: {t}[{p}]@{o} ({v}) below {position}")
+
+
+def check_workers(r: Report, h: History, final: Final) -> None:
+    """Every kind of worker made progress; zombies were fenced; none hung or gave up."""
+    for role in sorted(h.roles):
+        moved = role != "ctp" or any(o > 0 for o in final.ctp_committed.values())
+        if role in PROGRESS and (not h.progress[role] or not moved):
+            r.add("no_progress", f"{role}: never {PROGRESS[role]}")
+    for z in h.zombies:
+        for name, txn in h.txns.items():
+            if txn.journal != z.journal or txn.outcome != "commit" or txn.decided_at is None:
+                continue
+            tid = name.rsplit(".", 2)[0]  # <transactional id>.<incarnation>.<n>
+            successor = h.inits.get(f"{z.successor}/{tid}")
+            if not successor:
+                continue  # killed before it initialised: nothing fenced the zombie
+            fenced_at = successor[0]
+            # A zombie that initialised again after its successor owns the id again.
+            again = h.inits.get(f"{z.journal}/{tid}", ())
+            retook = any(fenced_at < t < txn.decided_at for t in again)
+            if txn.decided_at > fenced_at and not retook:
+                r.add(
+                    "zombie_commit",
+                    f"{name} of zombie {z.journal} decided at {txn.decided_at}, "
+                    f"after {z.successor} initialised at {fenced_at}",
+                )
+    for journal in h.hung:
+        r.add("hung_worker", f"{journal} did not stop when asked: killed")
+    exited = set(h.exited)
+    for journal, why in sorted(h.exits.items()):
+        if why not in ("fenced", "stop"):
+            r.add("worker_exit", f"{journal} exited: {why}")
+            exited.discard(journal)
+    for journal in sorted(exited - set(h.exits)):
+        r.add("worker_exit", f"{journal} exited with no exit journaled")
 
 
 def check_ctp(r: Report, final: Final, ctp_table: str) -> None:

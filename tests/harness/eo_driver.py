@@ -4,9 +4,12 @@
 injects faults at random: SIGKILL of a producer or the consume-transform-produce worker and
 a restart with the same transactional id; a zombie (SIGSTOP, a successor with the same
 transactional id initialises, SIGCONT: the old instance must be fenced); storage outages of
-seconds. Storage faults (ambiguous and failed writes, late writes, slow requests) come from
-each worker's :class:`eo_chaos.ChaosStore`. Then it stops the workers, aborts what killed
-workers left open, reads the final tables and runs :func:`eo_checker.check`.
+seconds. With many writers (``writer_procs``) also: SIGKILL of the process holding the hot
+table's committer lease, or SIGSTOP of it past its lease (and SIGKILL of the helper that
+took the lease meanwhile, mid-round, before the paused one resumes). Storage faults
+(ambiguous and failed writes, late writes, slow requests) come from each worker's
+:class:`eo_chaos.ChaosStore`. Then it stops the workers, aborts what killed workers left
+open, reads the final tables and runs :func:`eo_checker.check`.
 """
 
 from __future__ import annotations
@@ -17,21 +20,49 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eo_chaos import ChaosConfig, set_outage
-from eo_checker import Report, check, collect, load_journals
+from eo_checker import History, JournalReader, Report, check, collect, journal_name
 
 from txntable import Warehouse
+from txntable.config import COMMIT_LEASE_MS_DEFAULT
+from txntable.errors import TxnTableError
+from txntable.layout import lease_key
 from txntable.storage import open_store
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "eo_workers.py"
 TABLES = {"t0": 3, "t1": 2, "t2": 2}
 CTP_TABLE, CTP_PARTITIONS, CTP_GROUP = "ctp", 3, "ctp-group"
+HOT_TABLE, HOT_PARTITIONS = "hot", 8
+#: Every fault kind, as the checker counts them (``History.faults``); ``zombie_fenced``: a
+#: zombie that exited fenced.
+FAULT_KINDS = (
+    "sigkill",
+    "zombie",
+    "zombie_fenced",
+    "outage",
+    "store_before",
+    "store_after",
+    "store_late",
+    "store_slow",
+    "txn_stall",
+)
+#: The many-writers run's own faults: SIGKILL and SIGSTOP past its lease of the process
+#: holding the hot table's committer lease, ambiguous writes of log versions and of
+#: group-commit objects, and a writer killed after deciding to commit, before its ack.
+MANY_WRITER_FAULTS = (
+    "kill_committer",
+    "pause_committer",
+    "store_after_log",
+    "store_after_commit",
+    "killed_while_committing",
+)
 
 
 @dataclass
@@ -56,10 +87,18 @@ class HarnessConfig:
     seed: int = 0
     #: A SparkSession with the txntable source registered: the Spark source reads too.
     spark: Any = None
+    #: Many writers of one table (issue 17): this many processes of ``writer_threads``
+    #: writers each on table ``hot`` (8 partitions); their committer is killed and paused.
+    writer_procs: int = 0
+    writer_threads: int = 4
+    #: Group-commit timings of every worker (``GroupCommitConfig`` fields; None: defaults).
+    group_commit: Mapping[str, int] | None = None
     #: Keep running past ``duration_s`` until the transactional workers ended this many
-    #: transactions with a commit and at least one with an abort (a run sized by work, not
-    #: by time, so a slow machine still checks enough history) ...
+    #: transactions with a commit and at least one with an abort, every worker kind made
+    #: progress and every fault kind in ``require_faults`` happened (a run sized by work,
+    #: not by time, so a slow machine still checks enough history) ...
     min_commits: int = 0
+    require_faults: tuple[str, ...] = ()
     #: ... and this many transactions ended in all (any outcome) ...
     min_transactions: int = 0
     #: ... but never longer than this.
@@ -72,7 +111,12 @@ class Slot:
     index: int
     proc: subprocess.Popen[bytes] | None = None
     inc: int = 0
-    zombies: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: Paused-then-resumed predecessors, with their incarnation numbers.
+    zombies: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    @property
+    def journal(self) -> str:
+        return journal_name(self.role, self.index, self.inc)
 
 
 class Driver:
@@ -85,6 +129,9 @@ class Driver:
         self.outage_file = str(cfg.workdir / "outage")
         self.slots: list[Slot] = []
         self.driver_journal = open(self.journals / "driver.jsonl", "a")  # noqa: SIM115
+        self.reader = JournalReader(self.journals)
+        self.extra_tables = {HOT_TABLE: HOT_PARTITIONS} if cfg.writer_procs else {}
+        self.store = open_store(cfg.url, dict(cfg.options))  # the driver's own, no faults
 
     def note(self, **entry: Any) -> None:
         self.driver_journal.write(json.dumps({**entry, "ts": round(time.time(), 3)}) + "\n")
@@ -94,6 +141,8 @@ class Driver:
         chaos = asdict(self.cfg.chaos)
         chaos["outage_file"] = self.outage_file
         cfg: dict[str, Any] = {
+            "extra_tables": self.extra_tables,
+            "group_commit": dict(self.cfg.group_commit) if self.cfg.group_commit else None,
             "role": slot.role,
             "slot": slot.index,
             "inc": slot.inc,
@@ -102,7 +151,7 @@ class Driver:
             "chaos": chaos,
             "seed": self.cfg.seed * 1000 + slot.index * 100 + slot.inc,
             "stop_file": self.stop_file,
-            "journal": str(self.journals / f"{slot.role}-{slot.index}-{slot.inc}.jsonl"),
+            "journal": str(self.journals / f"{slot.journal}.jsonl"),
         }
         if slot.role == "txn":
             cfg["tid"] = f"tx{slot.index}"
@@ -113,10 +162,13 @@ class Driver:
         elif slot.role == "ctp":
             cfg["txn_timeout_ms"] = 30_000
             cfg["exit_when_fenced"] = True
+        elif slot.role == "mw":
+            cfg["threads"] = self.cfg.writer_threads
+            cfg["txn_timeout_ms"] = 30_000
         return cfg
 
     def start(self, slot: Slot) -> subprocess.Popen[bytes]:
-        log = open(self.cfg.workdir / f"{slot.role}-{slot.index}-{slot.inc}.log", "wb")  # noqa: SIM115
+        log = open(self.cfg.workdir / f"{slot.journal}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, str(WORKERS), json.dumps(self.worker_cfg(slot))],
             stdout=log,
@@ -133,9 +185,10 @@ class Driver:
 
     def setup(self) -> None:
         wh = Warehouse(store=open_store(self.cfg.url, dict(self.cfg.options)))
-        for name, parts in {**TABLES, CTP_TABLE: CTP_PARTITIONS}.items():
+        for name, parts in {**TABLES, CTP_TABLE: CTP_PARTITIONS, **self.extra_tables}.items():
             wh.create_table(name, partitions=parts)
         roles = ["txn"] * self.cfg.txn_workers + ["idem"] * self.cfg.idem_workers
+        roles += ["mw"] * self.cfg.writer_procs
         if self.cfg.ctp:
             roles.append("ctp")
         if self.cfg.consumer:
@@ -150,42 +203,100 @@ class Driver:
             self.start(slot)
 
     def fault(self) -> None:
+        # Every random draw is made up front, whatever the fault turns out to hit, so the
+        # same seed replays the same schedule (``run_long.py --seed N``).
+        rng = self.rng
         kinds = ["kill", "kill", "zombie"] + (["outage"] if self.cfg.outages else [])
-        kind = self.rng.choice(kinds)
-        victims = [s for s in self.slots if s.role in ("txn", "idem", "ctp")]
+        if self.cfg.writer_procs:
+            kinds += ["kill_committer", "kill_committer", "pause_committer"]
+        kind = rng.choice(kinds)
+        pick, outage_s, kill_delay_s, pause_s, past_lease = (
+            rng.random(),
+            rng.uniform(1.0, 4.0),
+            rng.uniform(0, 0.5),
+            rng.uniform(1.0, 3.0),
+            rng.uniform(1.2, 2.0),
+        )
         if kind == "outage":
-            seconds = self.rng.uniform(1.0, 4.0)
-            set_outage(self.outage_file, seconds)
-            self.note(e="driver_fault", kind="outage", seconds=round(seconds, 2))
+            set_outage(self.outage_file, outage_s)
+            self.note(e="driver_fault", kind="outage", seconds=round(outage_s, 2))
             return
-        if kind == "zombie":
-            victims = [s for s in victims if s.role in ("txn", "ctp")]
+        if kind in ("kill_committer", "pause_committer"):
+            self.committer_fault(kind, past_lease)
+            return
+        roles = ("txn", "ctp", "mw") if kind == "zombie" else ("txn", "idem", "ctp", "mw")
+        victims = [s for s in self.slots if s.role in roles]
         if not victims:
             return
-        slot = self.rng.choice(victims)
+        slot = victims[int(pick * len(victims))]
         proc = slot.proc
         assert proc is not None
         if proc.poll() is not None:
             return
         if kind == "kill":
-            time.sleep(self.rng.uniform(0, 0.5))
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            self.note(e="driver_fault", kind="sigkill", role=slot.role, slot=slot.index)
-            self.restart(slot)
+            time.sleep(kill_delay_s)
+            self.kill(slot, "sigkill")
         else:
             proc.send_signal(signal.SIGSTOP)
-            self.note(e="driver_fault", kind="zombie", role=slot.role, slot=slot.index)
-            slot.zombies.append(proc)
+            self.note(
+                e="driver_fault", kind="zombie", role=slot.role, slot=slot.index, inc=slot.inc
+            )
+            slot.zombies.append((slot.inc, proc))
             self.restart(slot)  # the successor initialises with the same transactional id
-            time.sleep(self.rng.uniform(1.0, 3.0))
+            time.sleep(pause_s)
             proc.send_signal(signal.SIGCONT)
+
+    def kill(self, slot: Slot, kind: str) -> None:
+        """SIGKILL the slot's process, then start its next incarnation."""
+        assert slot.proc is not None
+        slot.proc.send_signal(signal.SIGKILL)
+        slot.proc.wait()
+        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
+        self.restart(slot)
+
+    def committer(self) -> Slot | None:
+        """The worker whose group-commit handle holds a live lease on the hot table: the
+        lease names a handle, the workers' journals name the process that opened it."""
+        try:
+            lease = json.loads(self.store.get(lease_key(HOT_TABLE)).data)
+        except (TxnTableError, ValueError):
+            return None  # no lease yet (solo writers), or unreadable: no committer to hit
+        if lease.get("expiresMs", 0) <= time.time() * 1000:
+            return None
+        journal = self.reader.feed().committers.get(lease.get("owner", ""))
+        for slot in self.slots:
+            if slot.journal == journal and slot.proc is not None and slot.proc.poll() is None:
+                return slot
+        return None
+
+    def committer_fault(self, kind: str, past_lease: float) -> None:
+        """SIGKILL the committer's process (and restart it), or SIGSTOP it for longer than
+        its lease (a zombie committer: another takes over; it resumes where it stopped)."""
+        slot = self.committer()
+        if slot is None:
+            self.note(e="committer_fault_missed", kind=kind)
+            return
+        assert slot.proc is not None
+        if kind == "kill_committer":
+            self.kill(slot, kind)
+            return
+        lease_ms = (self.cfg.group_commit or {}).get("lease_ms", COMMIT_LEASE_MS_DEFAULT)
+        paused = slot.proc
+        paused.send_signal(signal.SIGSTOP)
+        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
+        time.sleep(lease_ms / 1000 * past_lease)
+        # Past the lease a follower helped and took it: kill that helper too, mid-round,
+        # before the zombie resumes.
+        helper = self.committer()
+        if helper is not None and helper is not slot:
+            self.kill(helper, "kill_helper")
+        paused.send_signal(signal.SIGCONT)
 
     def supervise(self) -> None:
         """Restart workers that exited on their own (fenced, or a fatal error)."""
         for slot in self.slots:
             if slot.proc is not None and slot.proc.poll() is not None:
-                self.note(e="exited", role=slot.role, slot=slot.index, code=slot.proc.returncode)
+                self.note(e="exited", journal=slot.journal, code=slot.proc.returncode)
                 self.restart(slot)
 
     def wait_started(self, timeout: float = 90) -> None:
@@ -193,9 +304,7 @@ class Driver:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             self.supervise()
-            started = [
-                (self.journals / f"{s.role}-{s.index}-{s.inc}.jsonl").exists() for s in self.slots
-            ]
+            started = [(self.journals / f"{s.journal}.jsonl").exists() for s in self.slots]
             if all(started):
                 return
             time.sleep(0.2)
@@ -223,39 +332,59 @@ class Driver:
         self.stop()
 
     def enough_work(self) -> bool:
-        """Whether the transactional workers' journals hold ``min_commits`` commits, an
-        abort and ``min_transactions`` ended transactions."""
-        if self.cfg.min_commits <= 0 and self.cfg.min_transactions <= 0:
+        """Whether the journals so far hold ``min_commits`` commits and an abort, progress of
+        every worker kind and every fault kind of ``require_faults``."""
+        if (
+            self.cfg.min_commits <= 0
+            and self.cfg.min_transactions <= 0
+            and not self.cfg.require_faults
+        ):
             return True
-        outcomes = {"commit": 0, "abort": 0}
-        ended = 0
-        for path in self.journals.glob("txn-*.jsonl"):
-            with open(path, "rb") as f:
-                for line in f:  # journals are compact JSON (see eo_workers.Journal.log)
-                    if line.startswith(b'{"e":"end"'):
-                        ended += 1
-                        for outcome in outcomes:
-                            if f'"outcome":"{outcome}"'.encode() in line:
-                                outcomes[outcome] += 1
-        return (
-            outcomes["commit"] >= self.cfg.min_commits
-            and outcomes["abort"] >= 1
-            and ended >= self.cfg.min_transactions
+        return not self.missing_work()
+
+    def missing_work(self) -> list[str]:
+        h = self.reader.feed()
+        outcomes = Counter(t.outcome for t in h.txns.values())
+        faults = fault_counts(h)
+        missing = [f"commits {outcomes['commit']}/{self.cfg.min_commits}"] * (
+            outcomes["commit"] < self.cfg.min_commits
         )
+        missing += ["abort"] * (outcomes["abort"] < 1)
+        ended = sum(1 for t in h.txns.values() if t.ended)
+        missing += [f"transactions {ended}/{self.cfg.min_transactions}"] * (
+            ended < self.cfg.min_transactions
+        )
+        missing += [f"progress of {r}" for r in sorted(h.roles) if not h.progress[r]]
+        missing += [f for f in self.cfg.require_faults if not faults[f]]
+        return missing
 
     def stop(self) -> None:
         Path(self.stop_file).touch()
-        procs = [s.proc for s in self.slots if s.proc is not None]
-        procs += [z for s in self.slots for z in s.zombies]
+        procs = [(s.journal, s.proc) for s in self.slots if s.proc is not None]
+        procs += [
+            (journal_name(s.role, s.index, inc), z) for s in self.slots for inc, z in s.zombies
+        ]
         end = time.monotonic() + 60
-        for proc in procs:
+        for journal, proc in procs:
             try:
                 proc.wait(timeout=max(0.1, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                self.note(e="stuck_at_stop", pid=proc.pid)
-        self.driver_journal.close()
+                self.note(e="stuck_at_stop", journal=journal, pid=proc.pid)
+        if not self.driver_journal.closed:
+            if self.cfg.min_commits > 0 or self.cfg.require_faults:
+                self.note(e="missing_work", missing=self.missing_work())
+            self.driver_journal.close()
+
+
+def fault_counts(h: History) -> Counter[str]:
+    """The faults of ``h`` and the outcomes that show some took effect: a zombie that
+    exited fenced, a writer killed between deciding to commit and its end."""
+    killed = sum(1 for t in h.txns.values() if t.decided_at is not None and not t.ended)
+    return h.faults + Counter(
+        zombie_fenced=h.zombie_outcomes()["fenced"], killed_while_committing=killed
+    )
 
 
 def run(cfg: HarnessConfig) -> Report:
@@ -272,12 +401,16 @@ def run(cfg: HarnessConfig) -> Report:
     wh.recover(now=int(time.time() * 1000) + 3_600_000)
     final = collect(
         wh,
-        {**TABLES, CTP_TABLE: CTP_PARTITIONS},
+        {**TABLES, CTP_TABLE: CTP_PARTITIONS, **driver.extra_tables},
         CTP_GROUP if cfg.ctp else None,
         spark=cfg.spark,
         options=dict(cfg.options),
     )
-    history = load_journals(driver.journals)
+    history = driver.reader.feed(final=True)
     report = check(history, final, CTP_TABLE if cfg.ctp else None)
     report.stats["seconds"] = round(time.monotonic() - started, 1)
+    faults = fault_counts(history)
+    report.stats["faults_missing"] = [f for f in cfg.require_faults if not faults[f]]
+    report.stats["seed"] = cfg.seed
+    report.stats["workdir"] = str(cfg.workdir)
     return report

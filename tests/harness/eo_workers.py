@@ -11,10 +11,15 @@ Roles (``cfg["role"]``):
 * ``consumer``: a read_committed consumer journaling every record it sees (``poll`` and
   ``poll_arrow`` in turn) and sampling ``describe()``;
 * ``maint``: maintenance next to the writers: optimize, compact, delete_records (journaling
-  what it deletes first), checkpoint, recover.
+  what it deletes first), checkpoint, recover;
+* ``mw``: many writers of one table (issue 17's group commit): ``cfg["threads"]`` threads,
+  each with its own warehouse and producer on table ``hot``, the first idempotent, the
+  others transactional; the process journals the group-commit handles it opens, so the
+  driver can find the process holding the committer lease.
 
 Every role writes what it did and saw to its own journal (JSON lines, one ``write`` each, so
-a SIGKILL loses at most a partial last line). Storage is wrapped in a
+a SIGKILL loses at most a partial last line). ``cfg["tables"]`` names the data tables a role
+writes (default: ``t0``, ``t1``, ``t2``). Storage is wrapped in a
 :class:`~eo_chaos.ChaosStore`; every injected fault is journaled. A role stops when the stop
 file exists.
 """
@@ -25,8 +30,10 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -39,11 +46,15 @@ from txntable import (
     Warehouse,
 )
 from txntable.errors import ProducerFencedError, TxnTableError, UnstableOffsetCommitError
+from txntable.log.group_commit import GroupCommit, GroupCommitConfig
 from txntable.storage import open_store
 from txntable.structs import OffsetAndMetadata
+from txntable.table import Table
 
 #: Data tables and their partition counts; ``ctp`` is the consume-transform-produce output.
 TABLES = {"t0": 3, "t1": 2, "t2": 2}
+#: The many writers' table.
+HOT_TABLE, HOT_PARTITIONS = "hot", 8
 CTP_TABLE, CTP_PARTITIONS, CTP_GROUP = "ctp", 3, "ctp-group"
 #: The only table whose log start maintenance moves (the checker is told what it deleted).
 DELETE_TABLE = "t2"
@@ -54,26 +65,41 @@ class Journal:
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        #: Called with every entry (the many-writers process counts its fenced threads).
+        self.observer: Callable[[dict[str, Any]], None] | None = None
 
     def log(self, **entry: Any) -> None:
         entry["ts"] = round(time.time(), 3)
         os.write(self.fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
+        if self.observer is not None:
+            self.observer(entry)
 
 
 def open_warehouse(cfg: dict[str, Any], j: Journal, rate: float = 1.0) -> Warehouse:
     inner = open_store(cfg["url"], dict(cfg.get("options") or {}))
-    chaos = ChaosConfig(**cfg["chaos"]).scaled(rate)
+    chaos = ChaosConfig(**{**cfg["chaos"], "hot_keys": tuple(cfg["chaos"]["hot_keys"])})
     store = ChaosStore(
         inner,
-        chaos,
+        chaos.scaled(rate),
         on_fault=lambda kind, op, key: j.log(e="fault", kind=kind, op=op, key=key),
         seed=cfg["seed"],
     )
-    return Warehouse(store=store)
+    timings = cfg.get("group_commit")
+    if timings is None:
+        return Warehouse(store=store)
+    return Warehouse(store=store, group_commit=GroupCommitConfig(**timings))
+
+
+def data_tables(cfg: dict[str, Any]) -> dict[str, int]:
+    return dict(cfg.get("tables") or TABLES)
 
 
 def stopping(cfg: dict[str, Any]) -> bool:
     return os.path.exists(cfg["stop_file"])
+
+
+class Stopping(Exception):
+    """Asked to stop while still retrying a failing start: not a failure of the worker."""
 
 
 def err(e: BaseException) -> str:
@@ -87,13 +113,15 @@ def untyped(j: Journal, where: str, e: BaseException) -> None:
 # --- transactional producer ---------------------------------------------------------------
 
 
-def new_txn_producer(wh: Warehouse, cfg: dict[str, Any], j: Journal) -> Producer:
+def new_txn_producer(
+    wh: Warehouse, cfg: dict[str, Any], j: Journal, rng: random.Random
+) -> Producer:
     """A producer for the worker's transactional id, initialised (retried while storage fails)."""
     while True:
         p = Producer(
             wh,
             transactional_id=cfg["tid"],
-            linger_ms=random.choice([0, 5, 50]),
+            linger_ms=rng.choice([0, 5, 50]),
             transaction_timeout_ms=cfg["txn_timeout_ms"],
             delivery_timeout_ms=cfg.get("delivery_timeout_ms", 20_000),
             max_block_ms=20_000,
@@ -101,13 +129,13 @@ def new_txn_producer(wh: Warehouse, cfg: dict[str, Any], j: Journal) -> Producer
         )
         try:
             p.init_transactions()
-            j.log(e="init")
+            j.log(e="init", tid=cfg["tid"])
             return p
         except TxnTableError as e:
             j.log(e="init_error", err=err(e))
             close_quietly(p, j)
             if stopping(cfg):
-                raise
+                raise Stopping from e
             time.sleep(0.2)
 
 
@@ -122,8 +150,9 @@ def close_quietly(p: Producer, j: Journal) -> None:
 
 def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
     rng = random.Random(cfg["seed"])
+    tables = data_tables(cfg)
     wh = open_warehouse(cfg, j)
-    producer = new_txn_producer(wh, cfg, j)
+    producer = new_txn_producer(wh, cfg, j, rng)
     n = 0
     while not stopping(cfg):
         txn = f"{cfg['tid']}.{cfg['inc']}.{n}"
@@ -133,8 +162,8 @@ def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
         try:
             producer.begin_transaction()
             for k in range(rng.randint(1, 4)):
-                table = rng.choice(sorted(TABLES))
-                part = rng.randrange(TABLES[table])
+                table = rng.choice(sorted(tables))
+                part = rng.randrange(tables[table])
                 if rng.random() < 0.3:
                     vals = [f"{txn}/{k}.{i}" for i in range(rng.randint(2, 6))]
                     j.log(e="send", txn=txn, t=table, p=part, vs=vals)
@@ -160,7 +189,7 @@ def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
             if rng.random() < 0.75:
                 j.log(e="deciding", txn=txn, d="commit")
                 producer.flush()
-                acks = []
+                acks: list[list[Any]] = []
                 for kind, table, part, vals, fut in futures:
                     res = fut.result(timeout=60)
                     if kind == "batch":
@@ -182,12 +211,12 @@ def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
             if fenced and cfg.get("exit_when_fenced"):
                 j.log(e="exit", why="fenced")
                 return
-            producer = new_txn_producer(wh, cfg, j)
+            producer = new_txn_producer(wh, cfg, j, rng)
         except Exception as e:
             j.log(e="end", txn=txn, outcome="unknown", err=err(e))
             untyped(j, "txn", e)
             close_quietly(producer, j)
-            producer = new_txn_producer(wh, cfg, j)
+            producer = new_txn_producer(wh, cfg, j, rng)
     close_quietly(producer, j)
     j.log(e="exit", why="stop")
 
@@ -197,6 +226,7 @@ def txn_worker(cfg: dict[str, Any], j: Journal) -> None:
 
 def idem_worker(cfg: dict[str, Any], j: Journal) -> None:
     rng = random.Random(cfg["seed"])
+    tables = data_tables(cfg)
     wh = open_warehouse(cfg, j)
     producer = Producer(wh, linger_ms=5, delivery_timeout_ms=20_000, auto_maintenance=False)
     n = 0
@@ -205,8 +235,8 @@ def idem_worker(cfg: dict[str, Any], j: Journal) -> None:
         for _ in range(rng.randint(1, 5)):
             v = f"i{cfg['slot']}.{cfg['inc']}.{n}"
             n += 1
-            table = rng.choice(sorted(TABLES))
-            part = rng.randrange(TABLES[table])
+            table = rng.choice(sorted(tables))
+            part = rng.randrange(tables[table])
             j.log(e="isend", v=v, t=table, p=part)
             try:
                 if rng.random() < 0.3:
@@ -237,6 +267,7 @@ def idem_worker(cfg: dict[str, Any], j: Journal) -> None:
 
 
 def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
+    rng = random.Random(cfg["seed"])
     wh = open_warehouse(cfg, j, rate=0.5)
     cfg = {**cfg, "tid": "ctp-worker"}
     tps = [TopicPartition("t0", p) for p in range(TABLES["t0"])]
@@ -259,21 +290,23 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
             except (TxnTableError, UnstableOffsetCommitError) as e:
                 j.log(e="cerr", err=err(e))
                 if stopping(cfg):
-                    raise
+                    raise Stopping from e
                 time.sleep(0.2)
 
-    producer = new_txn_producer(wh, cfg, j)
+    producer = new_txn_producer(wh, cfg, j, rng)
     consumer = new_consumer()
     n = 0
     while not stopping(cfg):
         txn = f"ctp.{cfg['inc']}.{n}"
         n += 1
+        begun = False
         try:
             got = consumer.poll(max_records=20, timeout_ms=100)
             if not got:
                 time.sleep(0.1)
                 continue
             j.log(e="begin", txn=txn)
+            begun = True
             producer.begin_transaction()
             offsets = {}
             for tp, records in got.items():
@@ -287,13 +320,16 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
             producer.commit_transaction()
             j.log(e="end", txn=txn, outcome="commit")
         except TxnTableError as e:
-            j.log(e="end", txn=txn, outcome="unknown", err=err(e))
+            if begun:  # else the poll failed: no transaction to report
+                j.log(e="end", txn=txn, outcome="unknown", err=err(e))
+            else:
+                j.log(e="cerr", err=err(e))
             close_quietly(producer, j)
             consumer.close()
             if isinstance(e, ProducerFencedError):
                 j.log(e="exit", why="fenced")  # a successor owns the id (Kafka: fatal)
                 return
-            producer = new_txn_producer(wh, cfg, j)
+            producer = new_txn_producer(wh, cfg, j, rng)
             consumer = new_consumer()  # back to the committed offsets
         except Exception as e:
             untyped(j, "ctp", e)
@@ -307,18 +343,32 @@ def ctp_worker(cfg: dict[str, Any], j: Journal) -> None:
 
 def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
     wh = open_warehouse(cfg, j, rate=0.5)
-    tables = {**TABLES, CTP_TABLE: CTP_PARTITIONS}
+    tables = {**TABLES, CTP_TABLE: CTP_PARTITIONS, **cfg.get("extra_tables", {})}
     tps = [TopicPartition(t, p) for t, n in sorted(tables.items()) for p in range(n)]
-    c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
-    c.assign(tps)
+    while True:  # assigning loads the tables: retried while storage is down
+        c = Consumer(wh, isolation_level="read_committed", auto_offset_reset="earliest")
+        try:
+            c.assign(tps)
+            break
+        except TxnTableError as e:
+            j.log(e="rerr", err=err(e))
+            c.close()
+            if stopping(cfg):
+                raise Stopping from e
+            time.sleep(0.2)
     arrow = False
     last_describe = 0.0
+    describe_every = 1.0
+    handles: dict[str, Table] = {}
+    # Polls of 50 records: on a slow store (the moto server behind 16 writers) a poll of
+    # hundreds of segments takes tens of seconds and fails as a whole on any failed GET.
+    limit = 50
     while not stopping(cfg):
         arrow = not arrow
         try:
             seen: list[list[Any]] = []
             if arrow:
-                for tp, tbl in c.poll_arrow(timeout_ms=100, max_records=500).items():
+                for tp, tbl in c.poll_arrow(timeout_ms=100, max_records=limit).items():
                     offs = tbl.column("offset").to_pylist()
                     vals = tbl.column("value").to_pylist()
                     seen.extend(
@@ -326,12 +376,18 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                         for o, v in zip(offs, vals, strict=True)
                     )
             else:
-                for tp, records in c.poll(timeout_ms=100, max_records=500).items():
+                for tp, records in c.poll(timeout_ms=100, max_records=limit).items():
                     seen.extend(
                         [tp.topic, tp.partition, r.offset, r.value.decode()] for r in records
                     )
             if seen:
-                j.log(e="seen", arrow=arrow, recs=seen)
+                # Per partition read: the position after it (the checker requires every
+                # committed record below it) and the LSO the read was bounded by.
+                parts = [
+                    [t, p, c.position(TopicPartition(t, p)), read_lso(c, t, p)]
+                    for t, p in sorted({(t, p) for t, p, _, _ in seen})
+                ]
+                j.log(e="seen", arrow=arrow, recs=seen, parts=parts)
             else:
                 time.sleep(0.1)
         except TxnTableError as e:
@@ -339,11 +395,13 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
             time.sleep(0.1)  # storage down: retry as a Kafka consumer would, not in a spin
         except Exception as e:
             untyped(j, "poll", e)
-        if time.time() - last_describe > 1.0:
+        if time.time() - last_describe > describe_every:
             last_describe = time.time()
             for t in sorted(tables):
                 try:
-                    d = wh.table(t).describe()
+                    if t not in handles:  # one handle each: describe() tails its log
+                        handles[t] = wh.table(t)
+                    d = handles[t].describe()
                     parts = [
                         [p.log_start_offset, p.last_stable_offset, p.high_watermark]
                         for p in d.partitions
@@ -353,8 +411,21 @@ def consumer_worker(cfg: dict[str, Any], j: Journal) -> None:
                     j.log(e="rerr", err=err(e))
                 except Exception as e:
                     untyped(j, "describe", e)
+            # Sampling never takes more than a third of the consumer's time.
+            describe_every = max(1.0, 2 * (time.time() - last_describe))
     c.close()
     j.log(e="exit", why="stop")
+
+
+def read_lso(c: Consumer, table: str, partition: int) -> int:
+    """The LSO of the snapshot the consumer's last poll read ``table`` at.
+
+    ``poll`` refreshes each table, then reads that snapshot; nothing else refreshes the
+    consumer's handles, so right after ``poll`` this is the bound the read obeyed. A public
+    client has no such call (Kafka's fetch responses carry it internally), hence the
+    private handle: the harness checks that no record at or above it was returned.
+    """
+    return c._table(table).snapshot(refresh=False).partition(partition).last_stable_offset
 
 
 # --- maintenance and recovery ---------------------------------------------------------------
@@ -368,7 +439,7 @@ def maint_worker(cfg: dict[str, Any], j: Journal) -> None:
         what = rng.choice(
             ["optimize", "optimize_small", "compact", "delete", "checkpoint", "recover"]
         )
-        table = rng.choice([*sorted(TABLES), CTP_TABLE])
+        table = rng.choice([*sorted(TABLES), CTP_TABLE, *sorted(cfg.get("extra_tables", {}))])
         try:
             t = wh.table(table)
             if what == "optimize":
@@ -426,12 +497,83 @@ def delete_some(wh: Warehouse, j: Journal, rng: random.Random) -> None:
     j.log(e="maint", what="delete", t=DELETE_TABLE, p=p, upto=upto)
 
 
+# --- many writers of one table ----------------------------------------------------------
+
+
+def mw_worker(cfg: dict[str, Any], j: Journal) -> None:
+    """``cfg["threads"]`` writers of the hot table, each with its own warehouse and producer.
+
+    Thread 0 is idempotent, the others transactional (their ids ``mw<slot>-<thread>``, so a
+    restarted process takes its predecessor's ids over). A thread whose producer is fenced
+    ends (a successor owns its id); the process exits when every thread has ended.
+    """
+    fenced: list[str] = []
+
+    def writer(i: int) -> None:
+        thread_cfg = {
+            **cfg,
+            "tables": {HOT_TABLE: HOT_PARTITIONS},
+            "seed": cfg["seed"] * 100 + i,
+            "slot": f"mw{cfg['slot']}-{i}",
+            "tid": f"mw{cfg['slot']}-{i}",
+            "exit_when_fenced": True,
+        }
+        try:
+            if i == 0:
+                idem_worker(thread_cfg, j)
+            else:
+                txn_worker(thread_cfg, j)
+        except Stopping:
+            pass
+        except Exception as e:  # a thread's failure is the process's: journal it
+            untyped(j, f"mw thread {i}", e)
+
+    def logs_fenced(entry: dict[str, Any]) -> None:
+        if entry.get("e") == "exit" and entry.get("why") == "fenced":
+            fenced.append(entry.get("why", ""))
+
+    j.observer = logs_fenced
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(cfg["threads"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Every writer was fenced: a successor took over (the driver paused this process).
+    j.log(e="exit", why="fenced" if len(fenced) == cfg["threads"] - 1 else "stop")
+
+
+def journal_group_commits(j: Journal) -> None:
+    """Journal the id of every group-commit handle this process opens (the owner named in a
+    lease), and every 2 s the rounds and helps they made: instrumentation, no behaviour."""
+    handles: list[GroupCommit] = []
+    original = GroupCommit.__init__
+
+    def init(self: GroupCommit, table: Any, cfg: GroupCommitConfig) -> None:
+        original(self, table, cfg)
+        handles.append(self)
+        j.log(e="gc", id=self.id, t=table.name)
+
+    GroupCommit.__init__ = init
+
+    def report() -> None:
+        while True:
+            time.sleep(2.0)
+            totals: dict[str, int] = {}
+            for h in list(handles):
+                for k, n in h.stats.items():
+                    totals[k] = totals.get(k, 0) + n
+            j.log(e="gc_stats", stats=totals)
+
+    threading.Thread(target=report, daemon=True).start()
+
+
 ROLES = {
     "txn": txn_worker,
     "idem": idem_worker,
     "ctp": ctp_worker,
     "consumer": consumer_worker,
     "maint": maint_worker,
+    "mw": mw_worker,
 }
 
 
@@ -439,8 +581,11 @@ def main() -> int:
     cfg = json.loads(sys.argv[1])
     j = Journal(cfg["journal"])
     j.log(e="start", role=cfg["role"], pid=os.getpid(), inc=cfg.get("inc", 0))
+    journal_group_commits(j)
     try:
         ROLES[cfg["role"]](cfg, j)
+    except Stopping:
+        j.log(e="exit", why="stop")
     except TxnTableError as e:
         j.log(e="exit", why="error", err=err(e))
         return 3

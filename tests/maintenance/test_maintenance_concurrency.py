@@ -38,22 +38,31 @@ def test_producer_consumer_and_maintainers_in_parallel(tmp_path: Path) -> None:
     # Tiny segments: every maintenance round has something to merge.
     wh.create_table("t", partitions=2, configuration={"segment.bytes": "4000"})
     stop = str(tmp_path / "stop")
+    # The maintainers loop until the stop file exists: whatever fails, they are stopped
+    # (and every child reaped) before the test ends.
     maintainers = [_start("maintain", url, stop) for _ in range(2)]
     consumer = _start("consume", url)
     producer = _start("produce", url, "40")
-    out, err = producer.communicate(timeout=600)
-    assert producer.returncode == 0, err
-    acked = sorted(tuple(json.loads(line))[:2] for line in out.splitlines())
-    cout, cerr = consumer.communicate(timeout=600)
-    assert consumer.returncode == 0, cerr
-    Path(stop).touch()
-    merged = 0
-    for m in maintainers:
-        mout, merr = m.communicate(timeout=600)
-        assert m.returncode == 0, merr
-        lines = [json.loads(line) for line in mout.splitlines()]
-        assert not [x for x in lines if "errors" in x], lines
-        merged += lines[-1]["merged"]
+    try:
+        out, err = producer.communicate(timeout=600)
+        assert producer.returncode == 0, err
+        acked = sorted(tuple(json.loads(line))[:2] for line in out.splitlines())
+        cout, cerr = consumer.communicate(timeout=600)
+        assert consumer.returncode == 0, cerr
+        Path(stop).touch()
+        merged = 0
+        for m in maintainers:
+            mout, merr = m.communicate(timeout=600)
+            assert m.returncode == 0, merr
+            lines = [json.loads(line) for line in mout.splitlines()]
+            assert not [x for x in lines if "errors" in x], lines
+            merged += lines[-1]["merged"]
+    finally:
+        Path(stop).touch()
+        for proc in (*maintainers, consumer, producer):
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
     seen = [tuple(json.loads(line)) for line in cout.splitlines()]
     # Exactly the committed records, each once, at the offset the producer was told.
     assert sorted((p, o) for p, o, _ in seen) == acked

@@ -15,7 +15,7 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.errors import TxnTableError
+from txntable.errors import InvalidTxnStateError
 from txntable.protocol.actions import Batch, Marker
 
 MakeProducer = Callable[..., Producer]
@@ -128,7 +128,7 @@ def test_abort_drops_unsent_records(t: Warehouse, make_producer: MakeProducer) -
     unsent = p.send("t", value=b"unsent", partition=1)
     p.abort_transaction()
     assert sent.result(timeout=10).offset == 0
-    with pytest.raises(TxnTableError):
+    with pytest.raises(InvalidTxnStateError, match="transaction aborted before send"):
         unsent.result(timeout=10)
     desc = t.table("t").describe()
     assert [(d.high_watermark, d.last_stable_offset) for d in desc.partitions] == [(2, 2), (0, 0)]

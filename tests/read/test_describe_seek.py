@@ -15,6 +15,7 @@ from txntable import (
 )
 from txntable.errors import (
     IllegalStateError,
+    InvalidOffsetError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     TableNotFoundError,
@@ -238,7 +239,7 @@ def test_position_out_of_range(wh: Warehouse, make_producer: MakeProducer) -> No
     earliest.assign([T0])
     earliest.seek(T0, 99)
     assert [r.offset for r in earliest.poll(timeout_ms=0)[T0]] == [0, 1, 2]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidOffsetError, match="got -1"):
         earliest.seek(T0, -1)
     # Moving the log start offset (delete-records) shows in describe and seek_to_beginning.
     snap = table.snapshot()

@@ -219,5 +219,6 @@ def test_poll_waits_for_lso_to_advance(orders: Warehouse, make_producer: MakePro
     try:
         got = c.poll(timeout_ms=10_000)
     finally:
-        timer.join()
+        timer.join(30)
+    assert not timer.is_alive()
     assert offsets_values(got[TP]) == [(0, b"x")]

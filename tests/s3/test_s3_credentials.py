@@ -14,7 +14,7 @@ from txntable import (
     TopicPartition,
     Warehouse,
 )
-from txntable.errors import StorageError
+from txntable.errors import BucketNotFoundError
 from txntable.storage import CountingStore, S3Store, open_store
 from txntable.storage.s3 import S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN
 from txntable.structs import OffsetAndMetadata
@@ -123,7 +123,7 @@ def test_credentials_never_appear_in_repr_or_errors(
 
     # An error from S3 (no such bucket) names the object, not the credentials.
     missing = Warehouse("s3://no-such-bucket-txntable/wh", storage_options=secret_options)
-    with pytest.raises(StorageError) as info:
+    with pytest.raises(BucketNotFoundError) as info:
         missing.create_table("t")
     text = f"{info.value!r} {info.value}"
     assert "no-such-bucket-txntable" in text

@@ -9,8 +9,14 @@ a read_committed / read_uncommitted reader must return, without using ``txntable
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
 
 from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.protocol.records import encode_segment
@@ -174,3 +180,35 @@ def arrow_rows(table: object) -> list[Row]:
         headers = tuple((x["key"], x["value"]) for x in h)
         rows.append((p, o, k, v, headers, int(ts.timestamp() * 1000)))
     return rows
+
+
+@contextmanager
+def raises_in_spark(error: type[BaseException], match: str = "") -> Iterator[Any]:
+    """Expect ``error`` raised by txntable under Spark.
+
+    Spark re-raises what a data source raises as its own exception (``AnalysisException``
+    while planning, ``PythonException`` from a task, ``StreamingQueryException`` from a
+    query), carrying the original as ``<module>.<class>: <message>`` in its text. This
+    asserts a Spark-captured exception carrying exactly ``error`` (by qualified name, so a
+    subclass or a namesake does not pass), with ``match`` in its message.
+    """
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    with pytest.raises(CapturedException) as info:
+        yield info
+    name = error.__qualname__
+    if error.__module__ != "builtins":
+        name = f"{error.__module__}.{name}"
+    pattern = rf"(?<![\w.]){re.escape(name)}: [^\n]*?{match}"
+    assert re.search(pattern, str(info.value)), str(info.value)[:3000]
+
+
+def run_to_end(query: Any, timeout_s: float = 120) -> None:
+    """Wait for a query with ``trigger(availableNow=True)`` to finish: it must, in time and
+    without an exception (``awaitTermination`` re-raises a failure). Stopped in any case, so
+    a hung query never outlives its test."""
+    try:
+        assert query.awaitTermination(timeout_s), f"query still running after {timeout_s} s"
+        assert query.exception() is None
+    finally:
+        query.stop()

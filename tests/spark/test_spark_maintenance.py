@@ -30,9 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 _n = itertools.count()
 
 
-def _rows(
-    spark: Any, path: str, level: str, **options: str
-) -> list[tuple[int, int, bytes | None]]:
+def _rows(spark: Any, path: str, level: str, **options: str) -> list[tuple[int, int, bytes | None]]:
     reader = spark.read.format("txntable").option("isolation.level", level)
     for k, v in options.items():
         reader = reader.option(k, v)
@@ -127,7 +125,10 @@ def _keyed_rows(spark: Any, path: str) -> list[tuple[int, int, bytes | None, byt
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(history=op_lists(6), target=st.sampled_from([1, 3_000, 1 << 30]), twice=st.booleans())
 def test_spark_compaction_keeps_every_keys_latest_committed_value(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory, history: list[Op], target: int,
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    history: list[Op],
+    target: int,
     twice: bool,
 ) -> None:
     url = f"file://{tmp_path_factory.mktemp(f'compact{next(_n)}')}/wh"
@@ -169,8 +170,11 @@ def test_spark_stream_while_producer_and_maintainers_run(spark: Any, tmp_path: P
 
     def start(*args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, str(worker), *args], env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            [sys.executable, str(worker), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     url = f"file://{tmp_path}/wh"

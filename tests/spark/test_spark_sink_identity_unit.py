@@ -92,9 +92,7 @@ def test_unreadable_metadata_is_an_error_never_a_guess(tmp_path: Path) -> None:
         read_query_id(str(bad))
 
 
-def _stream_writer(
-    tmp_path: Path, extra: dict[str, str]
-) -> tuple[Warehouse, TxnTableStreamWriter]:
+def _stream_writer(tmp_path: Path, extra: dict[str, str]) -> tuple[Warehouse, TxnTableStreamWriter]:
     wh = Warehouse(f"memory://sink-identity-{uuid.uuid4().hex}")
     wh.create_table("t", partitions=1)
     options = {"path": f"{wh.url}/t", **extra}

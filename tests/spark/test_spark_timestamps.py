@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sparkutil import raises_in_spark
 
 from txntable import Producer, Warehouse
 from txntable.errors import NoOffsetForPartitionError, VersionNotFoundError
@@ -153,7 +154,7 @@ def test_spark_reads_by_timestamp_and_time_travels(spark: Any, lake: str) -> Non
         [(0, o) for o in (1, 2) if _first_at(wh, 0, 126) is not None and o >= _first_at(wh, 0, 126)]  # type: ignore[operator]
         + [(1, o) for o in table.scan(partitions=[1]).to_arrow().column("offset").to_pylist()]
     )
-    with pytest.raises(Exception, match="NoOffsetForPartitionError"):
+    with raises_in_spark(NoOffsetForPartitionError):
         read(startingTimestamp="999")
     assert read(startingTimestamp="999", startingOffsetsByTimestampStrategy="latest") == []
     v1 = 2  # after the first batch of partition 0

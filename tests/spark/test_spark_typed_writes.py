@@ -55,9 +55,9 @@ def test_write_commits_next_to_another_clients_schema_evolution(spark: Any, lake
     v2 = v1.append(pa.field("note", pa.string()))
     df = spark.createDataFrame([(i, f"s{i}") for i in range(6)], "id bigint, s string")
     # The job holds v1; a nullable column is added while it runs: it commits unchanged.
-    df.mapInArrow(_evolving_to(lake, v2), df.schema).write.format("txntable").mode(
-        "append"
-    ).save(f"{lake}/t")
+    df.mapInArrow(_evolving_to(lake, v2), df.schema).write.format("txntable").mode("append").save(
+        f"{lake}/t"
+    )
     table.snapshot()  # refresh the handle
     assert table.schema == v2
     rows = table.scan(columns=["id", "s", "note"]).to_arrow().sort_by("id").to_pylist()
@@ -137,11 +137,15 @@ def test_timestamp_kinds_convert_in_the_session_time_zone(spark: Any, lake: str)
     try:
         spark.sql(select).write.format("txntable").mode("append").save(f"{lake}/t")
         # Spark's casts, for reference, as epoch microseconds.
-        casts = spark.sql(
-            f"select id, unix_micros(cast(at as timestamp)) as at_us, "
-            f"cast(wall as timestamp_ntz) as w "
-            f"from ({select})"
-        ).orderBy("id").collect()
+        casts = (
+            spark.sql(
+                f"select id, unix_micros(cast(at as timestamp)) as at_us, "
+                f"cast(wall as timestamp_ntz) as w "
+                f"from ({select})"
+            )
+            .orderBy("id")
+            .collect()
+        )
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
     got = table.scan(columns=["id", "wall", "at"]).to_arrow().sort_by("id").to_pylist()

@@ -70,9 +70,7 @@ def test_a_merge_is_re_decided_against_a_concurrent_evolution() -> None:
     build = typed.commit_build(lambda s: CommitPlan([AppTxn("app", 1, 0)], None, "WRITE"))
 
     def evolved_by_another_writer(column: pa.Field) -> Any:
-        table = Warehouse(f"memory://typedwrite-{uuid.uuid4().hex}").create_table(
-            "t", 1, schema=v1
-        )
+        table = Warehouse(f"memory://typedwrite-{uuid.uuid4().hex}").create_table("t", 1, schema=v1)
         table.evolve_schema(v1.append(column))
         return table.snapshot()
 
@@ -91,9 +89,7 @@ def test_the_session_zone_is_read_from_the_batch_as_spark_labelled_it() -> None:
     the columns as Spark sent them."""
     ny = "America/New_York"
     table = pa.schema([("wall", pa.timestamp("us")), ("at", pa.timestamp("us", tz="UTC"))])
-    df = StructType(
-        [StructField("wall", TimestampType()), StructField("at", TimestampNTZType())]
-    )
+    df = StructType([StructField("wall", TimestampType()), StructField("at", TimestampNTZType())])
     typed = plan_typed_write(TypedLayout(table), df, merge=False)
     rows = pa.table(
         {

@@ -117,16 +117,16 @@ def test_router_equals_scalar_partitioner_on_random_keys() -> None:
     does: explicit partition first, then murmur2 of the key, then the sticky partition."""
     rng = random.Random(8)
     n = 3000
-    keys = [
-        None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 65)) for _ in range(n)
-    ]
+    keys = [None if rng.random() < 0.1 else rng.randbytes(rng.randrange(0, 65)) for _ in range(n)]
     explicit = [rng.randrange(7) if rng.random() < 0.2 else None for _ in range(n)]
     router = Router(7, sticky=12)
     for given in (None, pa.array(explicit, pa.int32())):
         got = router.route(pa.array(keys, pa.binary()), given).tolist()
         want = [
-            e if given is not None and e is not None
-            else 12 % 7 if k is None
+            e
+            if given is not None and e is not None
+            else 12 % 7
+            if k is None
             else partition_for_key(k, 7)
             for k, e in zip(keys, explicit, strict=True)
         ]

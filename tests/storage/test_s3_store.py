@@ -24,6 +24,7 @@ from storeutil import race
 
 from txntable.errors import (
     BucketNotFoundError,
+    InvalidConfigurationError,
     InvalidPathError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -160,7 +161,7 @@ def test_plain_http_endpoint_needs_allow_http(mock_s3: None) -> None:
     store = S3Store("s3://bkt/x", {S3_ENDPOINT: "127.0.0.1:9000", S3_ALLOW_HTTP: "true"})
     assert store._endpoint == "http://127.0.0.1:9000"
     assert S3Store("s3://bkt/x", {S3_ENDPOINT: "minio:9000"})._endpoint == "https://minio:9000"
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidConfigurationError, match="s3.max-attempts must be a number"):
         S3Store("s3://bkt/x", {S3_MAX_ATTEMPTS: "many"})
 
 
@@ -196,6 +197,7 @@ def test_secrets_never_in_exception_messages(
     errors: list[BaseException] = []
     with pytest.raises(StorageError) as info:
         mocked_store.get("k")
+    assert type(info.value) is StorageError  # permanent: not transient, not not-found
     errors.append(info.value)
     CasScript(mocked_store, *[fail_with(client_error("InternalError", 500, echo))] * 4)
     with pytest.raises(TransientStorageError) as info2:
@@ -453,6 +455,7 @@ def test_redaction_masks_whole_tokens_only(mock_s3: None) -> None:
     store._client.get_object = denied
     with pytest.raises(StorageError) as info:
         store.get("k")
+    assert type(info.value) is StorageError
     assert str(info.value).endswith(
         "no route to bkt.s3.amazonaws.com for key *** (secret ***, Credential=***/2024)"
     )

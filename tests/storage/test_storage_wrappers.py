@@ -7,7 +7,11 @@ import time
 
 import pytest
 
-from txntable.errors import ObjectExistsError, TransientStorageError
+from txntable.errors import (
+    InvalidConfigurationError,
+    ObjectExistsError,
+    TransientStorageError,
+)
 from txntable.storage import (
     CountingStore,
     FaultInjectingStore,
@@ -56,7 +60,8 @@ def test_counting_store_is_thread_safe() -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
     assert store.snapshot()["GET"] == 4000
     MemoryStore.drop("counting-threads")
 
@@ -101,7 +106,7 @@ def test_fault_ops_filter_factory_and_clear() -> None:
     store.fail_before_write(lambda key: True, times=100)
     store.clear()
     store.put("after-clear", b"ok")
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidConfigurationError, match=r"unknown write ops \['get'\]"):
         store.fail_before_write(lambda key: True, ops={"get"})
     MemoryStore.drop("faults-ops")
 
@@ -124,13 +129,16 @@ def test_latency_store_delays_every_request_including_data_files() -> None:
             call()
             assert time.monotonic() - t0 >= 0.03
         assert store.get_data_file("d") == b"2"
-        # Requests from several threads wait concurrently, not one after another.
-        threads = [threading.Thread(target=store.get_data_file, args=("d",)) for _ in range(8)]
+        # Requests from several threads wait concurrently, not one after another: 8 of
+        # 500 ms take well under the 4 s they would take in turn, even on a loaded machine.
+        slow = LatencyStore(inner, latency_ms=500)
+        threads = [threading.Thread(target=slow.get_data_file, args=("d",)) for _ in range(8)]
         t0 = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
-        assert time.monotonic() - t0 < 8 * 0.03
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        assert 0.5 <= time.monotonic() - t0 < 2.0
     finally:
         MemoryStore.drop("latency-wrapper")

@@ -42,12 +42,10 @@ def _fail_log_puts(store: ReadFaultStore, failure: str) -> None:
     store.fail_before_write(is_log_version, times=1, exc=exc, ops={"put_if_absent"})
 
 
-
 def _state(wh: Warehouse) -> TxnState:
     loaded = TransactionCoordinator(wh.store).load("tx")
     assert loaded is not None
     return loaded[0].state
-
 
 
 # --- 25.1: a decided commit is never reported as failed ----------------------------------

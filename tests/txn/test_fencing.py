@@ -9,6 +9,7 @@ from tableutil import ReadFaultStore, read_all
 
 from txntable import Producer, Warehouse
 from txntable.errors import (
+    InvalidConfigurationError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     ProducerFencedError,
@@ -171,7 +172,7 @@ def test_illegal_transaction_calls(orders: Warehouse, make_producer: MakeProduce
     idem = make_producer(orders)
     with pytest.raises(InvalidTxnStateError, match="no transactional_id"):
         idem.begin_transaction()
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidConfigurationError, match="need enable_idempotence=True"):
         Producer(orders, transactional_id="x", enable_idempotence=False)
 
 
@@ -192,10 +193,13 @@ def test_abortable_error_then_abort_and_continue(
     p.flush()
     assert failed.exception(timeout=10) is boom
     assert p.txn is not None and p.txn.state is ClientTxnState.ABORTABLE_ERROR
-    with pytest.raises(StorageError):
+    # The abortable error itself, until the transaction is aborted (Kafka's rule).
+    with pytest.raises(StorageError) as commit_error:
         p.commit_transaction()
-    with pytest.raises(StorageError):
+    assert commit_error.value is boom
+    with pytest.raises(StorageError) as send_error:
         p.send("orders", value=b"x", partition=0)
+    assert send_error.value is boom
     p.abort_transaction()
     assert p.txn.state is ClientTxnState.READY
     assert p.producer_epoch > epoch  # burnt sequences: a fresh epoch

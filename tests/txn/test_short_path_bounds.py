@@ -24,8 +24,6 @@ MakeProducer = Callable[..., Producer]
 GROUP_COMMIT = pytest.mark.parametrize("group_commit", [True, False], ids=["gc", "no-gc"])
 
 
-
-
 # --- 25.2: a multi-log transaction takes the normal path ---------------------------------
 
 

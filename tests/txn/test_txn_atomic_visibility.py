@@ -8,9 +8,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import pytest
 from txnutil import all_tps, assert_no_open_transactions, markers_by_partition, read_all
 
 from txntable import Consumer, Producer, Warehouse
+from txntable.table import Table
 
 TABLES = ("x", "y")
 PARTITIONS = 3
@@ -26,7 +28,31 @@ def value(k: int, table: str, p: int, i: int) -> bytes:
     return f"{k}-{table}-{p}-{i}".encode()
 
 
-def writer(wh: Warehouse, done: threading.Event, errors: list[BaseException]) -> None:
+class Progress:
+    """How many transactions the writer has ended; the writer waits for the readers."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.ended = 0
+
+    def end_transaction(self, readers: list[Observations]) -> None:
+        """Count one more ended transaction, then wait until every reader finished a poll
+        round begun after it: each transaction meets a poll, however loaded the machine."""
+        with self.cond:
+            self.ended += 1
+            self.cond.wait_for(
+                lambda: all(o.ended_before and o.ended_before[-1] >= self.ended for o in readers),
+                timeout=60,
+            )
+
+
+def writer(
+    wh: Warehouse,
+    done: threading.Event,
+    errors: list[BaseException],
+    progress: Progress,
+    readers: list[Observations],
+) -> None:
     try:
         producer = Producer(wh, transactional_id="atomic", linger_ms=3_600_000, batch_size=1 << 30)
         producer.init_transactions()
@@ -45,6 +71,7 @@ def writer(wh: Warehouse, done: threading.Event, errors: list[BaseException]) ->
                 producer.abort_transaction()
             else:
                 producer.commit_transaction()  # odd k: the short path (data + markers)
+            progress.end_transaction(readers)
         producer.close()
     except BaseException as e:  # noqa: BLE001 - reported by the test
         errors.append(e)
@@ -57,6 +84,8 @@ class Observations:
     """Per poll round: transaction -> partition -> how many of its records were returned."""
 
     rounds: list[dict[int, dict[int, int]]] = field(default_factory=list)
+    #: Per round, how many transactions the writer had ended when it began.
+    ended_before: list[int] = field(default_factory=list)
 
 
 def reader(
@@ -65,6 +94,7 @@ def reader(
     done: threading.Event,
     obs: Observations,
     errors: list[BaseException],
+    progress: Progress,
 ) -> None:
     try:
         consumer = Consumer(Warehouse(wh.url), isolation_level="read_committed")
@@ -72,13 +102,18 @@ def reader(
         consumer.seek_to_beginning()
         final = False
         while True:
+            with progress.cond:
+                ended = progress.ended
             got = consumer.poll(max_records=1_000_000)
             round_: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
             for tp, records in got.items():
                 for r in records:
                     assert r.value is not None
                     round_[int(r.value.split(b"-")[0])][tp.partition] += 1
-            obs.rounds.append(round_)
+            with progress.cond:
+                obs.rounds.append(round_)
+                obs.ended_before.append(ended)
+                progress.cond.notify_all()
             if final:
                 return
             if done.is_set():
@@ -94,11 +129,15 @@ def test_transactions_are_visible_atomically_per_table(wh: Warehouse) -> None:
     done = threading.Event()
     errors: list[BaseException] = []
     observations = {(t, n): Observations() for t in TABLES for n in range(1)}
+    progress = Progress()
     threads = [
-        threading.Thread(target=reader, args=(wh, t, done, observations[t, n], errors))
+        threading.Thread(target=reader, args=(wh, t, done, observations[t, n], errors, progress))
         for t, n in observations
     ]
-    threads.append(threading.Thread(target=writer, args=(Warehouse(wh.url), done, errors)))
+    readers = list(observations.values())
+    threads.append(
+        threading.Thread(target=writer, args=(Warehouse(wh.url), done, errors, progress, readers))
+    )
     for t in threads:
         t.start()
     for t in threads:
@@ -120,9 +159,13 @@ def test_transactions_are_visible_atomically_per_table(wh: Warehouse) -> None:
                     dict(per_partition),
                 )
         assert set(first_round) == committed  # no aborted data, every committed txn
-        # A consumer sees transactions in commit order.
-        assert sorted(first_round, key=lambda k: (first_round[k], k)) == sorted(committed)
-        assert len(obs.rounds) > 2 * TXNS  # the readers really polled while the writer ran
+        # Each committed transaction is returned no later than by the first poll begun
+        # after its commit returned, and the writer waited for that poll before the next
+        # transaction: each is first seen in a round of its own, in commit order.
+        for k in committed:
+            assert first_round[k] <= obs.ended_before.index(k + 1), (table, k)
+        firsts = [first_round[k] for k in sorted(committed)]
+        assert firsts == sorted(set(firsts)), (table, firsts)
 
     # Across tables: every partition of both tables carries the same outcome per txn.
     outcomes = ["ABORT" if aborted(k) else "COMMIT" for k in range(TXNS)]
@@ -146,7 +189,9 @@ def test_transactions_are_visible_atomically_per_table(wh: Warehouse) -> None:
     assert value(3, "x", 0, 0) in uncommitted
 
 
-def test_reader_never_sees_a_half_marked_transaction_across_tables(wh: Warehouse) -> None:
+def test_reader_never_sees_a_half_marked_transaction_across_tables(
+    wh: Warehouse, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A commit whose markers reached table x but not yet y: x shows all of it, y none;
     after completion both show all of it and no partition has an ABORT for it."""
     for table in TABLES:
@@ -154,18 +199,16 @@ def test_reader_never_sees_a_half_marked_transaction_across_tables(wh: Warehouse
     producer = Producer(wh, transactional_id="half", linger_ms=3_600_000, batch_size=1 << 30)
     producer.init_transactions()
     seen_between: dict[str, list[bytes | None]] = {}
-    real = producer.coordinator.write_markers
+    real_append = Table.append
 
-    def write_markers(meta, kind, results=None, deadline=None):  # type: ignore[no-untyped-def]
-        # Look at the tables after each table's markers: write table by table.
-        for table_name in sorted(meta.partitions):
-            single = meta.__class__(
-                **{**meta.__dict__, "partitions": {table_name: meta.partitions[table_name]}}
-            )
-            real(single, kind, results, deadline)
-            seen_between[table_name] = read_all(Warehouse(wh.url), TABLES)
+    def append(self, batches, markers=None, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # The coordinator's own marker writes, one table at a time: look after each.
+        result = real_append(self, batches, markers, *args, **kwargs)
+        if markers:
+            seen_between[self.name] = read_all(Warehouse(wh.url), TABLES)
+        return result
 
-    producer.coordinator.write_markers = write_markers  # type: ignore[method-assign]
+    monkeypatch.setattr(Table, "append", append)
     producer.begin_transaction()
     for table in TABLES:
         for p in range(PARTITIONS):

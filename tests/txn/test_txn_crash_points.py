@@ -362,6 +362,7 @@ def test_racing_recoverers_write_each_marker_once(crashed, tmp_path: Path, point
         t.start()
     for t in threads:
         t.join(60)
+    assert not any(t.is_alive() for t in threads)
     assert errors == []
     assert load_meta(wh).state is TxnState.EMPTY
     check_outcome(wh, crash)

@@ -227,7 +227,8 @@ def test_pending_transactional_offset_is_unstable(tables: Warehouse) -> None:
     started = time.monotonic()
     assert waiting.committed(tp) == OffsetAndMetadata(5, "pending")
     assert time.monotonic() - started >= 0.2
-    t.join()
+    t.join(30)
+    assert not t.is_alive()
     assert checker.committed(tp) == OffsetAndMetadata(5, "pending")
 
     # A wait that runs out still raises.
@@ -253,9 +254,7 @@ def test_assign_mode_consumer_waits_out_a_dead_producers_offset_commit(
     dead.begin_transaction()
     dead.send_offsets_to_transaction({tp: OffsetAndMetadata(5)}, GROUP)
     dead._stop_at_exit()  # it dies here: nothing more comes from it
-    c = Consumer(
-        wh, group_id=GROUP, isolation_level="read_committed", auto_offset_reset="earliest"
-    )
+    c = Consumer(wh, group_id=GROUP, isolation_level="read_committed", auto_offset_reset="earliest")
     c.assign([tp, other])
     first = c.poll(timeout_ms=0)
     assert list(first) == [other]  # the stable partition is read meanwhile

@@ -19,6 +19,7 @@ from txntable.errors import PreconditionFailedError, ProducerFencedError
 from txntable.storage import open_store
 from txntable.storage.base import Store, StoredObject, StoreWrapper
 from txntable.txn import coordinator as coordinator_module
+from txntable.txn import recovery as recovery_module
 from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnState
 from txntable.util import now_ms
 
@@ -239,10 +240,15 @@ def test_stale_completer_does_not_commit_the_next_transaction(table: Warehouse) 
 
 @pytest.mark.parametrize("flush_first", [False, True], ids=["short-path", "flushed"])
 def test_another_producers_commit_aborts_the_timed_out_transaction(
-    table: Warehouse, flush_first: bool
+    table: Warehouse, flush_first: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Whichever writer of the table notices first aborts the stuck transaction."""
     a = stalled_producer(table, timeout_ms=300)
+    # The other writer's expiry clock, moved by the test: before A's deadline however slow
+    # the machine, then past it without a sleep.
+    started = meta_of(table)[0].txn_start_timestamp
+    clock = [started + 100]
+    monkeypatch.setattr(recovery_module, "now_ms", lambda: clock[0])
     t = table.table("t")
     parts = t.describe().partitions
     assert parts[0].last_stable_offset == 0 and parts[0].high_watermark == 1  # pinned by A
@@ -256,7 +262,7 @@ def test_another_producers_commit_aborts_the_timed_out_transaction(
     assert meta_of(table)[0].state is TxnState.ONGOING
     assert [o.producer_id for o in t.describe().partitions[0].open_transactions] == [a.producer_id]
 
-    time.sleep(0.4)
+    clock[0] = started + 400
     other.begin_transaction()
     other.send("t", value=b"b2", partition=1)
     if flush_first:

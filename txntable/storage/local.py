@@ -4,6 +4,11 @@ Exclusive create is atomic: the bytes go to a temporary file in the same directo
 then hard-linked to the final name (``link`` fails if the name exists) — so a reader never
 sees a half-written object and exactly one racing writer wins. Compare-and-swap holds an
 exclusive ``flock`` on a sidecar lock file, which serialises writers across processes.
+
+A process stopped (SIGSTOP, a paused VM) inside a compare-and-swap keeps its lock, and no
+lock can be taken from a live process safely. Writers of that one object therefore wait at
+most ``lock_timeout_s`` and then get ``TransientStorageError`` (nothing written; retry), not
+a hang; the lock is released when its holder resumes or dies.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import builtins
 import fcntl
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +27,7 @@ from txntable.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PreconditionFailedError,
+    TransientStorageError,
 )
 from txntable.storage.base import Store, StoredObject, validate_key
 
@@ -35,12 +42,17 @@ def _etag(data: bytes) -> str:
 class LocalStore(Store):
     """A store rooted at a local directory (created by the first write).
 
+    Args:
+        root: The directory of the warehouse.
+        lock_timeout_s: How long ``put_if_match`` waits for the object's lock.
+
     Raises:
         InvalidPathError: If the root, or a directory above it, is a file.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, lock_timeout_s: float = 10.0) -> None:
         self.root = os.path.abspath(root)
+        self.lock_timeout_s = lock_timeout_s
         self.url = "file://" + self.root
         # The directory is created by the first write, never by opening: a read-only client
         # (or a typo) leaves no trace. A file where a directory belongs is refused now
@@ -82,11 +94,32 @@ class LocalStore(Store):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path + _LOCK_SUFFIX, os.O_CREAT | os.O_RDWR, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            self._lock(fd, path)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def _lock(self, fd: int, path: str) -> None:
+        # Polled rather than blocking, so that a stopped holder costs a bounded wait; the
+        # first attempt is the uncontended case's only one.
+        deadline = time.monotonic() + self.lock_timeout_s
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TransientStorageError(
+                        f"{os.path.relpath(path, self.root)}: its compare-and-swap lock was "
+                        f"held for {self.lock_timeout_s:g} s by another process (stopped?); "
+                        "nothing written"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)
 
     def get(self, key: str) -> StoredObject:
         path = self._path(key)

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from txntable.errors import TransientStorageError
+from txntable.errors import InvalidConfigurationError, TransientStorageError
 from txntable.storage.base import (
     ObjectInfo,
     Store,
@@ -273,7 +273,7 @@ class FaultInjectingStore(StoreWrapper):
     def _add(self, fault: Fault) -> Fault:
         unknown = fault.ops - WRITE_OPS
         if unknown:
-            raise ValueError(f"unknown write ops {sorted(unknown)}")
+            raise InvalidConfigurationError(f"unknown write ops {sorted(unknown)}")
         with self._lock:
             self._faults.append(fault)
         return fault
