@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from txntable.errors import InvalidPathError
@@ -16,13 +17,15 @@ from txntable.storage.base import (
 )
 from txntable.storage.local import LocalStore
 from txntable.storage.memory import MemoryStore
-from txntable.storage.s3 import S3_OPTIONS, S3Store
 from txntable.storage.wrappers import (
     ClockAheadStore,
     CountingStore,
     FaultInjectingStore,
     LatencyStore,
 )
+
+if TYPE_CHECKING:
+    from txntable.storage.s3 import S3Store
 
 __all__ = [
     "ClockAheadStore",
@@ -40,6 +43,15 @@ __all__ = [
     "open_store",
     "storage_option_names",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # boto3 costs ~0.15 s to import: only a process that opens S3 pays it.
+    if name == "S3Store":
+        from txntable.storage.s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _backend(url: str) -> str:
@@ -81,6 +93,8 @@ def storage_option_names(url: str) -> frozenset[str] | None:
     if backend in ("local", "memory"):
         return frozenset()
     if backend == "s3":
+        from txntable.storage.s3 import S3_OPTIONS
+
         return S3_OPTIONS
     from txntable.storage.fsspec_store import fsspec_option_names
 
@@ -137,6 +151,8 @@ def open_store(url: str, storage_options: Mapping[str, str] | None = None) -> St
         name = url.split("://", 1)[1].strip("/")
         return MemoryStore(name or "default")
     if backend == "s3":
+        from txntable.storage.s3 import S3Store
+
         return S3Store(url, storage_options)
     from txntable.storage.fsspec_store import FsspecStore
 
