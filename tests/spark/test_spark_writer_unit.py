@@ -159,9 +159,9 @@ def test_abort_deletes_unless_commit_landed() -> None:
     writer.abort([msg, None])
     assert set(wh.store.list("t/data/")) == set()
     assert wh.table("t").snapshot().version == 0
-    # A task still running after the abort removes its own segment.
+    # A task still running after the abort removes its own segments (every partition's).
     with pytest.raises(IllegalStateError):
-        writer.write(iter([_batch(1, ["late"])]))
+        writer.write(iter([_batch(6, [f"late{i}" for i in range(6)])]))
     assert set(wh.store.list("t/data/")) == set()
 
     # A commit that landed (e.g. it raised after the put) is never undone by abort.

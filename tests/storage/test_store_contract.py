@@ -184,3 +184,13 @@ def test_objects_are_dated_by_the_stores_own_clock(any_store: Store) -> None:
     assert any_store.modified_ms("dated/missing.json") is None
     any_store.delete("dated/a.json")
     assert any_store.modified_ms("dated/a.json") is None
+
+
+def test_put_data_files_writes_every_file(any_store: Store) -> None:
+    items = [(f"t/data/partition={p}/seg-{i}.parquet", bytes([p, i]) * 1000) for p in range(3)
+             for i in range(2)]  # fmt: skip
+    any_store.put_data_files(items)
+    assert {key: any_store.get_data_file(key) for key, _ in items} == dict(items)
+    assert list(any_store.list("t/data/")) == sorted(key for key, _ in items)
+    assert list(any_store.list_children("t/data/")) == [f"partition={p}" for p in range(3)]
+    any_store.put_data_files([])  # nothing to write is no error

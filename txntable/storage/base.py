@@ -148,6 +148,16 @@ class Store(abc.ABC):
         """
         self.put(key, data)
 
+    def put_data_files(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Write several immutable data files (a round's segments), every one of them
+        durable when this returns; on an error, any of them may have been written.
+
+        The default puts them one after the other; local disk writes them all, then
+        fsyncs them all and their directories; S3 puts them in parallel.
+        """
+        for key, data in items:
+            self.put_data_file(key, data)
+
     def get_data_file(self, key: str) -> bytes:
         """Read an immutable data file; a plain get by default.
 

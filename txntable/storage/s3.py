@@ -24,6 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -119,6 +120,10 @@ S3_OPTIONS = frozenset(
 #: Options masked in ``repr``; the access key id is masked too (it identifies the account).
 SECRET_OPTIONS = frozenset({S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN})
 _MASK = "***"
+
+#: Segment puts one ``put_data_files`` call runs at once (below botocore's default pool of
+#: 10 connections).
+_PARALLEL_PUTS = 8
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 # 409s that mean "a concurrent conditional request was in flight; try again": not applied.
@@ -434,6 +439,24 @@ class S3Store(Store):
             ) from None
         except pa.ArrowException as exc:
             raise StorageError(f"PUT s3://{path}: {self._redact(str(exc))}") from None
+
+    def put_data_files(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Put several segments in parallel: a round costs one round trip, not one each.
+
+        Raises:
+            TransientStorageError: A write failed and may be retried (after every other
+                write ended).
+            StorageError: pyarrow refused one otherwise.
+        """
+        if len(items) <= 1:
+            for key, data in items:
+                self.put_data_file(key, data)
+            return
+        threads = min(len(items), _PARALLEL_PUTS)
+        with ThreadPoolExecutor(threads, thread_name_prefix="txntable-s3-put") as pool:
+            futures = [pool.submit(self.put_data_file, key, data) for key, data in items]
+        for future in futures:
+            future.result()
 
     def get_data_file(self, key: str) -> bytes:
         """Read a segment: one ``GetObject`` (boto3), nothing before it.
