@@ -286,7 +286,7 @@ class Table:
         ending_offsets: Offsets = "latest",
         partitions: Iterable[int] | None = None,
         version: int | None = None,
-        max_workers: int = config.READ_WORKERS_DEFAULT,
+        max_workers: int = config.SCAN_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
         columns: Sequence[str] | None = None,
         request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
@@ -309,7 +309,7 @@ class Table:
                 end at latest); lowered to the LSO (read_committed) or high watermark.
             partitions: Partitions to read, in this order (default: all).
             version: Read the table as of this log version (time travel).
-            max_workers: Segments fetched at once.
+            max_workers: Segments fetched at once (object-store reads are latency bound).
             max_bytes_in_flight: Segment bytes fetched ahead of the batch being returned.
             columns: Return only these columns, in this order. On a typed table only the
                 requested user columns are read from the segments' Parquet files.

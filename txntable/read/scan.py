@@ -60,7 +60,7 @@ class TableScan:
         ending_offsets: Offsets = "latest",
         partitions: Iterable[int] | None = None,
         version: int | None = None,
-        max_workers: int = config.READ_WORKERS_DEFAULT,
+        max_workers: int = config.SCAN_WORKERS_DEFAULT,
         max_bytes_in_flight: int = config.FETCH_MAX_BYTES_DEFAULT,
         columns: Sequence[str] | None = None,
         request_timeout_ms: int = config.REQUEST_TIMEOUT_MS_DEFAULT,
