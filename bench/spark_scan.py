@@ -1,17 +1,21 @@
 """Spark scan benchmark: the ``txntable`` source vs ``spark.read.parquet`` on the same segments.
 
-Builds a local table of ``--records`` records (default 5M) in segments of
-``--segment-records``, every segment its own transaction, ``--abort-fraction`` of them
-aborted. Then times, best of ``--runs`` after one warm-up each:
+Builds, for each of ``--sizes`` (``RECORDS:SEGMENT_RECORDS``), a local table of that many
+records in segments of that many records, every segment its own transaction, every
+``--abort-every``-th one aborted. Then, in interleaved rounds (medians of ``--rounds``, after
+one warm-up pass over every case), times per size:
 
 * ``txntable`` read_committed (skips the aborted segments without opening them);
 * ``spark.read.parquet`` over exactly the segment files read_committed returns (the
   Parquet reader's cost for the same data: Spark's native, JVM-side reader);
-* ``txntable`` read_uncommitted (every segment).
+* with ``--uncommitted``, ``txntable`` read_uncommitted (every segment).
 
-Each query aggregates over key, value, headers and timestamp so every column is read.
+Each query aggregates over key, value, headers and timestamp so every column is read. It
+prints both readers' input partition counts and the throughput ratio (> 1: txntable is
+faster).
 
-Run: ``python bench/spark_scan.py --records 1000000``. Not part of the test suite.
+Run: ``python bench/spark_scan.py [--sizes 100000:2000,1000000:5000] [--rounds 3]``. Not part
+of the test suite.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -27,7 +32,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from txntable.protocol.actions import Batch
 from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.protocol.records import SEGMENT_SCHEMA
 from txntable.warehouse import Warehouse
@@ -81,26 +85,27 @@ def build(lake: str, records: int, partitions: int, seg_records: int, abort_ever
     print(f"built {written:,} records in {pid} segments in {time.perf_counter() - t0:.1f}s")
 
 
-def timed(label: str, fn: Any, runs: int) -> tuple[float, Any]:
-    """Best wall time of ``runs`` runs after one warm-up."""
-    result = fn()
-    best = float("inf")
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    print(f"{label:<34} {best:7.2f}s  {result}")
-    return best, result
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``RECORDS:SEGMENT_RECORDS,...`` -> [(records, segment records), ...]."""
+    out = []
+    for item in text.split(","):
+        records, _, seg = item.partition(":")
+        out.append((int(records), int(seg or 20_000)))
+    return out
 
 
 def main() -> None:
-    """Parse arguments, build the table, run the three scans, print ratios."""
+    """Parse arguments, build the tables, run the scans interleaved, print ratios."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument(
+        "--sizes",
+        default="100000:2000,1000000:5000,5000000:20000",
+        help="tables to read, RECORDS:SEGMENT_RECORDS, comma-separated",
+    )
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--segment-records", type=int, default=20_000)
     ap.add_argument("--abort-every", type=int, default=10, help="abort every Nth segment")
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--uncommitted", action="store_true", help="also read_uncommitted")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", default=None, help="where to build (default: a temp dir)")
     args = ap.parse_args()
@@ -111,22 +116,11 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     import txntable_spark
+    from txntable_spark.options import parse_read_options
+    from txntable_spark.planning import plan_scan
 
     root = args.dir or tempfile.mkdtemp(prefix="txntable-bench-")
-    lake = os.path.join(root, "lake")
     try:
-        build(lake, args.records, args.partitions, args.segment_records, args.abort_every)
-        snap = Warehouse(lake).table("bench").snapshot()
-        from txntable_spark.options import parse_read_options
-        from txntable_spark.planning import plan_scan
-
-        t0 = time.perf_counter()
-        groups = plan_scan(snap, parse_read_options({"path": f"{lake}/bench"}))
-        plan_s = time.perf_counter() - t0
-        visible = [os.path.join(lake, s.path) for g in groups for s in g]
-        total = sum(1 for p in snap.partitions for e in p.entries if isinstance(e, Batch))
-        print(f"planning: {plan_s * 1000:.1f} ms, {len(visible)}/{total} segments visible")
-
         spark = (
             SparkSession.builder.master(args.master)
             .appName("txntable-bench")
@@ -147,31 +141,49 @@ def main() -> None:
             ).collect()[0]
             return (row["n"], row["bytes"])
 
-        def committed() -> Any:
-            return agg(spark.read.format("txntable").load(f"{lake}/bench"))
-
-        def uncommitted() -> Any:
-            df = spark.read.format("txntable").option("isolation.level", "read_uncommitted")
-            return agg(df.load(f"{lake}/bench"))
-
-        def parquet() -> Any:
-            return agg(spark.read.parquet(*visible))
+        cases: dict[str, Any] = {}
+        pairs: list[tuple[str, str]] = []
+        for records, seg in parse_sizes(args.sizes):
+            lake = os.path.join(root, f"lake-{records}-{seg}")
+            if not os.path.isdir(os.path.join(lake, "bench")):
+                build(lake, records, args.partitions, seg, args.abort_every)
+            table = f"{lake}/bench"
+            snap = Warehouse(lake).table("bench").snapshot()
+            groups = plan_scan(snap, parse_read_options({"path": table}))
+            visible = [os.path.join(lake, s.path) for g in groups for s in g]
+            mb = sum(os.path.getsize(p) for p in visible) / 1e6
+            native = spark.read.parquet(*visible).rdd.getNumPartitions()
+            label = f"{records:,}/{seg:,}"
+            print(f"{label}: {len(visible)} segments visible, {mb:.0f} MB; input partitions: "
+                  f"txntable {len(groups)}, spark.read.parquet {native}")  # fmt: skip
+            cases[f"txntable {label}"] = lambda t=table: agg(spark.read.format("txntable").load(t))
+            cases[f"parquet {label}"] = lambda v=visible: agg(spark.read.parquet(*v))
+            pairs.append((f"txntable {label}", f"parquet {label}"))
+            if args.uncommitted:
+                cases[f"read_uncommitted {label}"] = lambda t=table: agg(
+                    spark.read.format("txntable").option("isolation.level", "read_uncommitted")
+                    .load(t)
+                )  # fmt: skip
 
         # One untimed pass over everything first: the JVM's JIT warms up over the first
         # queries, which would otherwise penalise whichever scan runs first.
-        for fn in (uncommitted, parquet, committed):
-            fn()
-        t_c, r_c = timed("txntable read_committed", committed, args.runs)
-        t_p, r_p = timed("spark.read.parquet (same segments)", parquet, args.runs)
-        t_u, r_u = timed("txntable read_uncommitted", uncommitted, args.runs)
-        assert r_c == r_p, (r_c, r_p)
-        n = r_c[0]
-        print(f"read_committed throughput: {n / t_c / 1e6:.2f} M records/s")
-        print(f"ratio txntable read_committed / parquet:  {t_c / t_p:.2f}x")
-        print(
-            f"ratio read_committed / read_uncommitted:  {t_c / t_u:.2f}x "
-            f"({r_c[0]:,} vs {r_u[0]:,} records)"
-        )
+        results = {name: fn() for name, fn in cases.items()}
+        for a, b in pairs:
+            assert results[a] == results[b], (a, results[a], results[b])
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for r in range(args.rounds):
+            for name, fn in cases.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+            print(f"round {r + 1}: " + "  ".join(f"{n} {times[n][-1]:.2f}s" for n in cases),
+                  flush=True)  # fmt: skip
+        median = {n: statistics.median(t) for n, t in times.items()}
+        print(f"\nmedian of {args.rounds} interleaved rounds ({args.master}); load average "
+              f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+        for a, b in pairs:
+            print(f"{a:<30} {median[a]:6.2f}s  {b:<30} {median[b]:6.2f}s  "
+                  f"throughput ratio {median[b] / median[a]:.2f}x")  # fmt: skip
         spark.stop()
     finally:
         if args.dir is None:
