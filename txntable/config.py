@@ -143,9 +143,9 @@ REQUEST_TIMEOUT_MS_DEFAULT = 30_000
 #: Threads fetching segments at once: object-store reads are latency bound, not CPU bound.
 READ_WORKERS_DEFAULT = 16
 
-#: A scan's segments fetched at once. Measured on the moto server at +5, +20 and +60 ms per
-#: request (bench/consume.py): 32 threads beat 16 by 10-25% at every latency, 64 did no
-#: better than 32; memory stays bounded by the scan's ``max_bytes_in_flight``.
+#: A scan's segments fetched at once. Measured on the moto server (bench/README.md,
+#: consume.py): 32 threads were 13-24% faster than 16 at +60 ms per request, -2 to +12% at
+#: +5 and +20 ms, 64 no better than 32; memory stays bounded by ``max_bytes_in_flight``.
 SCAN_WORKERS_DEFAULT = 32
 
 
