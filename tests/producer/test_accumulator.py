@@ -140,7 +140,7 @@ def test_closed_and_empty_is_not_ready_but_closed_with_records_is(t: Warehouse) 
     acc = make(t)
     put(acc, b"x")
     waiter_result: list[bool] = []
-    waiter = threading.Thread(target=lambda: waiter_result.append(acc.await_ready()))
+    waiter = threading.Thread(target=lambda: waiter_result.append(acc.await_ready()), daemon=True)
     waiter.start()
     waiter.join(0.2)
     assert waiter.is_alive()  # lingering: no round yet
@@ -165,26 +165,29 @@ def test_a_caller_waiting_for_memory_makes_a_round_ready_and_gets_it_back(t: War
     """Kafka's accumulator counts an exhausted buffer as ready: else lingering records
     would hold the memory the waiting caller needs."""
     acc = make(t, buffer_memory=4000, max_block_ms=10_000)
-    done: list[FutureRecordMetadata] = []
+    peak: list[int] = []
 
-    def fill() -> None:
-        for _ in range(20):  # far more than 4000 bytes
-            done.append(put(acc, b"v" * 400, partition=0))
-        acc.close()  # the "sender" below stops once all is drained
+    def sender() -> None:  # never ready by linger or size: only by the blocked caller
+        base = 0
+        while acc.await_ready():
+            acc.seal_all()
+            round_ = acc.drain()
+            peak.append(acc.used_memory)
+            for b in batches(round_):
+                b.resolve(base)
+                base += b.count
+            acc.round_done(batches(round_))
 
-    filler = threading.Thread(target=fill)
-    filler.start()
-    base = 0
-    while acc.await_ready():  # never ready by linger or size: only by the blocked caller
-        acc.seal_all()
-        round_ = acc.drain()
-        for b in batches(round_):
-            b.resolve(base)
-            base += b.count
-        acc.round_done(batches(round_))
-        assert acc.used_memory <= 4000
-    filler.join(5)
-    assert [f.get(1).offset for f in done] == list(range(20))
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    try:
+        futures = [put(acc, b"v" * 400, partition=0) for _ in range(20)]  # far over 4000 B
+    finally:
+        acc.close()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert [f.get(0).offset for f in futures] == list(range(20))
+    assert len(peak) > 1 and max(peak) <= 4000
 
 
 def test_a_buffer_full_for_max_block_ms_raises_buffer_exhausted(t: Warehouse) -> None:
@@ -247,7 +250,7 @@ def test_flush_makes_lingering_records_ready_and_waits_for_them(t: Warehouse) ->
         acc.seal_all()
         commit(acc, acc.drain(), base=3)
 
-    thread = threading.Thread(target=sender)
+    thread = threading.Thread(target=sender, daemon=True)
     thread.start()
     start = time.monotonic()
     assert acc.flush(10) is True
