@@ -418,7 +418,11 @@ class GroupCommit:
             self._closing = True
             self._wake.notify_all()
         if committer is not None:
-            committer.join(5)
+            # A round in flight finishes first (its versions are this handle's to count and
+            # its followers' to learn); a round is bounded by the commit timeout.
+            committer.join(self.cfg.timeout_ms / 1000)
+            if committer.is_alive():
+                _log.warning("%s: committer still running a round at close", self.table.name)
         with self._lock:
             self._closing = False  # usable again: a later commit starts as a single writer
 
