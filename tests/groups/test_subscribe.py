@@ -340,7 +340,7 @@ def test_a_member_that_lost_a_rebalance_cannot_commit_offsets_in_a_transaction(
     moved while it was not polling; its transactional offset commit carries its old group
     metadata and is refused, and its transaction aborts with nothing visible."""
     wh.create_table("out", partitions=1)
-    a = _consumer(wh)
+    a = _consumer(wh, enable_auto_commit=False)  # its offsets go in transactions
     a.subscribe([T])
     _settle([a], wh)
     got = a.poll(0, max_records=60)

@@ -57,6 +57,6 @@ def test_checkpoint_vacuum_and_maintain_report(wh: Warehouse) -> None:
     maintained = wh.table("t").maintain(progress=lambda *c: calls.append(c))
     assert maintained.errors == [] and maintained.vacuum is not None
     steps = [c for c in calls if c[0] == "steps"]
-    assert steps == [("steps", i, 6) for i in range(7)]
+    assert steps == [("steps", i, 7) for i in range(8)]
     assert ("delete", 1, 1) in calls  # vacuum's deletion of the old file
     assert ("keys", maintained.rewrite.bytes_read, maintained.rewrite.bytes_read) in calls  # type: ignore[union-attr]

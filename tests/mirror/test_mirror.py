@@ -308,7 +308,7 @@ def test_a_segment_outside_the_table_directory_is_refused(tmp_path: Path) -> Non
 
 
 def test_cli_publish(tmp_path: Path) -> None:
-    from txntable.cli.main import main
+    from txntable.cli import main
 
     wh = lake(tmp_path)
     table = wh.create_table("t", partitions=1)

@@ -124,7 +124,12 @@ def run(tmp: str, seed: int, steps: int, deep: bool, con: object) -> None:
     rng = random.Random(seed)
     wh = Warehouse(f"file://{tmp}/lake-{seed}", group_commit=rng.random() < 0.5)
     name = f"t{uuid.uuid4().hex[:6]}"
-    table = wh.create_table(name, partitions=rng.randint(1, 4))
+    table = wh.create_table(
+        name,
+        partitions=rng.randint(1, 4),
+        # Histories compact and delete records: the table allows both.
+        configuration={"cleanup.policy": "compact,delete"},
+    )
     history = History(table, rng)
     path = f"{tmp}/lake-{seed}/{name}"
     published: dict[int, int] = {}  # Delta version -> txntable version

@@ -281,7 +281,7 @@ def test_typed_stream_stops_clearly_when_the_schema_changes_and_a_restart_reads_
         )
         with Producer(wh) as producer:
             producer.send("t", {"id": 2**40, "s": "d", "n": "new"}).get()
-        with pytest.raises(Exception, match="SchemaMismatchError") as info:
+        with raises_in_spark(SchemaMismatchError, "changed while this stream ran") as info:
             query.processAllAvailable()
         message = str(info.value)
         assert "n added" in message and "id int32 -> int64" in message
