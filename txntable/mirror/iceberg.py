@@ -22,7 +22,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
@@ -431,7 +431,7 @@ def _catalog(publisher: IcebergPublisher) -> Any:
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.serializers import ToOutputFile
     from pyiceberg.table import CommitTableResponse
-    from pyiceberg.table.update import update_table_metadata
+    from pyiceberg.table.update import AddSnapshotUpdate, update_table_metadata
 
     class _PutIfAbsentCatalog(NoopCatalog):
         """Commits by writing the next ``v<N>.metadata.json`` with put-if-absent."""
@@ -440,6 +440,15 @@ def _catalog(publisher: IcebergPublisher) -> Any:
             base = table.metadata
             for requirement in requirements:
                 requirement.validate(base)
+            # A snapshot is stamped by the publisher's clock (never before the metadata it
+            # follows): snapshot expiry and vacuum's grace period read these times.
+            stamp = publisher.committing_stamp
+            updates = tuple(
+                AddSnapshotUpdate(snapshot=u.snapshot.model_copy(update={"timestamp_ms": stamp}))
+                if isinstance(u, AddSnapshotUpdate)
+                else u
+                for u in updates
+            )
             new = update_table_metadata(
                 base, updates, metadata_location=table.metadata_location or None
             )
@@ -478,6 +487,7 @@ class IcebergPublisher:
         self.location = table_location(store.url, name)
         self.fio = store_file_io(store, self.location, name)
         self.committing_version = 0
+        self.committing_stamp = 0
         self._state: IcebergState | None = None
         self._cursors: dict[int, PartitionCursor] | None = None
         self._cursor_snapshot: TableSnapshot | None = None
@@ -657,7 +667,9 @@ class IcebergPublisher:
         for f, _ in adds:
             producer.append_data_file(self._data_file(metadata.location, fields, f, snap))
         producer.commit()
-        expire = self._expired(txn.table_metadata, snap, now)
+        # The snapshot's time: the publisher's clock, never before the metadata it follows.
+        self.committing_stamp = max(now, metadata.last_updated_ms)
+        expire = self._expired(txn.table_metadata, snap, self.committing_stamp)
         if expire:
             expiry = ExpireSnapshots(txn)
             for snapshot_id in expire:
@@ -712,8 +724,12 @@ class IcebergPublisher:
         except InvalidConfigurationError:
             retention = config.VERSION_RETENTION_MS_DEFAULT
         assert isinstance(retention, int)
-        infos = _snapshot_infos(metadata)
-        keep = set(retained_snapshots(infos, metadata.current_snapshot_id, now - retention))
+        current = metadata.current_snapshot_id
+        infos = [  # the snapshot being committed is stamped ``now`` (see the catalog)
+            replace(s, timestamp_ms=now) if s.snapshot_id == current else s
+            for s in _snapshot_infos(metadata)
+        ]
+        keep = set(retained_snapshots(infos, current, now - retention))
         return [s.snapshot_id for s in infos if s.snapshot_id not in keep]
 
 
