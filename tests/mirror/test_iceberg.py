@@ -386,3 +386,65 @@ def test_publishing_without_pyiceberg_is_a_typed_error(
     with pytest.raises(MirrorDependencyError, match=r"txntable\[iceberg\]"):
         publish(table)
     assert table.publish().delta_version == 0  # Delta needs no pyiceberg
+
+
+def test_a_publisher_that_lost_the_race_replans_on_the_winners_metadata(
+    tmp_path: Path,
+) -> None:
+    wh = lake(tmp_path)
+    table = wh.create_table("t", partitions=1)
+    write_batch(table, 0, [b"a"])
+    slow, fast = IcebergPublisher(wh.store, "t"), IcebergPublisher(wh.store, "t")
+    assert slow.publish().metadata_version == 1
+    fast.state()  # loads v1
+    write_batch(table, 0, [b"b"])
+    assert fast.publish().metadata_version == 2
+    write_batch(table, 0, [b"c"])
+    # slow still believes v1 is the newest: its put-if-absent of v2 loses, it reloads the
+    # winner's metadata and writes v3 on top of it.
+    report = slow.publish()
+    assert (report.conflicts, report.metadata_version, report.added) == (1, 3, 1)
+    chain = snapshots(tmp_path, "t")
+    assert [s["summary"]["txntable.version"] for s in chain] == ["1", "2", "3"]
+    got, want = comparable(read_pyiceberg(str(tmp_path / "lake" / "t")), committed(table, 3))
+    assert got == want and sum(want.values()) == 3
+
+
+def test_schema_evolution_adds_the_column_to_the_mirror(tmp_path: Path) -> None:
+    from txntable import Producer
+
+    wh = lake(tmp_path)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    table = wh.create_table("e", partitions=1, schema=schema)
+    with Producer(wh) as producer:
+        producer.send("e", value={"id": 1})
+    publish(table)
+    table.evolve_schema(
+        pa.schema([pa.field("id", pa.int64(), nullable=False), ("note", pa.string())])
+    )
+    with Producer(wh) as producer:
+        producer.send("e", value={"id": 2, "note": "new"})
+    report = publish(table)
+    assert report.added == 1
+    st = StaticTable.from_metadata(iceberg_metadata(str(tmp_path / "lake" / "e")))
+    # Iceberg appends the new column after the others (the mirror's own columns included).
+    names = [f.name for f in st.schema().fields]
+    assert names == ["id", "partition", "offset", "timestamp", "note"]
+    got = st.scan().to_arrow()
+    rows = sorted(zip(got["id"].to_pylist(), got["note"].to_pylist(), strict=True))
+    assert rows == [(1, None), (2, "new")]
+
+
+def test_any_store_publishes_the_mirror_through_the_store(tmp_path: Path) -> None:
+    from txntable.storage.memory import MemoryStore
+
+    wh = Warehouse(store=MemoryStore(f"iceberg-{tmp_path.name}"), group_commit=False)
+    table = wh.create_table("t", partitions=2)
+    write_batch(table, 0, [b"a"])
+    write_batch(table, 1, [b"b", b"c"])
+    report = publish(table)
+    assert report.metadata_version == 1 and report.bytes_written > 0
+    assert wh.store.exists("t/metadata/v1.metadata.json")
+    cold = IcebergPublisher(wh.store, "t").state()
+    assert sorted(f.records for f in cold.files.values()) == [1, 2]
+    assert cold.location == "memory://iceberg-" + tmp_path.name + "/t"
