@@ -301,28 +301,40 @@ def test_vacuum_keeps_files_a_pinned_iceberg_reader_may_read(tmp_path: Path) -> 
     assert sorted(v for _, _, v in read_pyiceberg(path)) == [b"v0", b"v1", b"v2", b"v3"]
 
 
-def test_snapshots_replaced_longer_than_the_retention_ago_expire(tmp_path: Path) -> None:
+def test_expiry_keeps_the_last_snapshots_and_those_a_pinned_reader_needs(
+    tmp_path: Path,
+) -> None:
     wh = lake(tmp_path)
-    table = wh.create_table("t", partitions=1, configuration={"version.retention.ms": HOUR})
+    table = wh.create_table(
+        "t", partitions=1,
+        configuration={"version.retention.ms": HOUR, "cleanup.policy": "compact,delete"},
+    )
     start = now_ms()
     clock = [start]
     publisher = IcebergPublisher(wh.store, "t", clock=lambda: clock[0])
-    for i in range(5):
+
+    def versions() -> list[int]:
+        return [int(s["summary"]["txntable.version"]) for s in snapshots(tmp_path, "t")]
+
+    for i in range(12):
         write_batch(table, 0, [f"v{i}".encode()])
         publisher.publish()
-        clock[0] += 20 * 60_000
-    assert len(snapshots(tmp_path, "t")) == 5  # each replaced less than an hour ago
-    # Four hours on: the four replaced before three hours on expire; the fifth was replaced
-    # just now (a reader may be pinned to it) and stays.
-    clock[0] = start + 4 * HOUR
+    # Appends only: the metadata keeps the newest ten (each one's files are its successor's).
+    assert versions() == list(range(3, 13))
+    table.optimize()  # version 13: one merged segment replaces the twelve batches
+    assert publisher.publish().removed == 12
+    for i in range(10):
+        write_batch(table, 0, [f"w{i}".encode()])
+        publisher.publish()
+    # The snapshot before the merge is the last to list the twelve batches: kept while its
+    # replacement is younger than the retention (vacuum keeps its files).
+    assert versions() == [12, *range(14, 24)]
+    clock[0] = start + 2 * HOUR
     write_batch(table, 0, [b"last"])
-    assert publisher.publish().expired == 4
-    assert [s["summary"]["txntable.version"] for s in snapshots(tmp_path, "t")] == ["5", "6"]
-    clock[0] = start + 6 * HOUR
-    write_batch(table, 0, [b"later"])
-    assert publisher.publish().expired == 1
-    got, want = comparable(read_pyiceberg(str(tmp_path / "lake" / "t")), committed(table, 7))
-    assert got == want and sum(want.values()) == 7
+    assert publisher.publish().expired == 2
+    assert versions() == list(range(15, 25))
+    got, want = comparable(read_pyiceberg(str(tmp_path / "lake" / "t")), committed(table, 24))
+    assert got == want and sum(want.values()) == 23
 
 
 def test_writers_publish_iceberg_in_the_background(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ from txntable.protocol.iceberg import (
     SnapshotInfo,
     absolute_location,
     check_history,
+    expired_snapshots,
     field_id,
     file_stats,
     iceberg_schema,
@@ -278,7 +279,9 @@ def _snapshot_infos(metadata: TableMetadata) -> list[SnapshotInfo]:
             s.snapshot_id,
             s.sequence_number or 0,
             s.timestamp_ms,
-            dict(s.summary.additional_properties) if s.summary is not None else {},
+            {**s.summary.additional_properties, "operation": s.summary.operation.value}
+            if s.summary is not None
+            else {},
         )
         for s in metadata.snapshots
     ]
@@ -729,8 +732,7 @@ class IcebergPublisher:
             replace(s, timestamp_ms=now) if s.snapshot_id == current else s
             for s in _snapshot_infos(metadata)
         ]
-        keep = set(retained_snapshots(infos, current, now - retention))
-        return [s.snapshot_id for s in infos if s.snapshot_id not in keep]
+        return expired_snapshots(infos, current, now - retention)
 
 
 def _shape(fields: list[dict[str, Any]]) -> Any:

@@ -352,8 +352,8 @@ def retained_snapshots(
     snapshots: Sequence[SnapshotInfo], current_id: int | None, since_ms: int
 ) -> list[int]:
     """Snapshots a reader may still be pinned to: the current one and every one replaced
-    at or after ``since_ms`` (its successor is that recent). The others may expire, and the
-    files only they list may go (Delta's tombstone rule, per snapshot)."""
+    at or after ``since_ms`` (its successor is that recent). Vacuum keeps the files they
+    list (Delta's tombstone rule, per snapshot)."""
     ordered = sorted(snapshots, key=lambda s: s.sequence_number)
     keep = []
     for snap, successor in zip(ordered, [*ordered[1:], None], strict=True):
@@ -362,3 +362,30 @@ def retained_snapshots(
         ):
             keep.append(snap.snapshot_id)
     return keep
+
+
+#: Snapshots a publish always keeps (Iceberg's ``history.expire.min-snapshots-to-keep``):
+#: time travel to the last few publishes.
+MIN_SNAPSHOTS_TO_KEEP = 10
+
+
+def expired_snapshots(
+    snapshots: Sequence[SnapshotInfo], current_id: int | None, since_ms: int
+) -> list[int]:
+    """Snapshots a publish expires, so the metadata file stays small however often it
+    publishes: all but the newest :data:`MIN_SNAPSHOTS_TO_KEEP` and those that protect a
+    file for vacuum — one replaced at or after ``since_ms`` by a snapshot that removed
+    files. One replaced by an append lists no file its successor does not list, so
+    expiring it early loses no file a pinned reader needs: the first later snapshot
+    replaced by a removal (or the current one) lists them all, and is kept."""
+    ordered = sorted(snapshots, key=lambda s: s.sequence_number)
+    newest = {s.snapshot_id for s in ordered[-MIN_SNAPSHOTS_TO_KEEP:]}
+    out = []
+    for snap, successor in zip(ordered, [*ordered[1:], None], strict=True):
+        if snap.snapshot_id == current_id or snap.snapshot_id in newest or successor is None:
+            continue
+        removed = successor.summary.get("operation", "append") != "append"
+        if removed and successor.timestamp_ms >= since_ms:
+            continue
+        out.append(snap.snapshot_id)
+    return out
