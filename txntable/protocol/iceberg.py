@@ -37,8 +37,14 @@ SUMMARY_DATA_CHANGE = "txntable.data-change"
 #: Name of the identity partition field (the partition spec's, not the column's id).
 PARTITION_FIELD_ID = 1000
 #: Table properties the publisher sets: pyiceberg never retries a commit itself (the
-#: publisher re-plans against the winner's metadata instead).
-FIXED_PROPERTIES = {"commit.retry.num-retries": "0"}
+#: publisher re-plans against the winner's metadata instead); appends merge small
+#: manifests (every 100), so neither a publish nor a reader opens one per publish; the
+#: metadata log (informational) names the last 10 metadata files, not 100.
+FIXED_PROPERTIES = {
+    "commit.retry.num-retries": "0",
+    "commit.manifest-merge.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 
 _METADATA_NAME = re.compile(r"v(\d+)\.metadata\.json")
