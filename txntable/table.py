@@ -576,7 +576,7 @@ class Table:
             InvalidConfigurationError: An unknown format.
         """
         if formats is None:
-            snap = self.snapshot(refresh=False)
+            snap = self.snapshot()  # the configuration in force now
             assert snap.metadata is not None
             enabled = mirror_formats(snap.metadata.configuration)
             chosen = ("delta", *(f for f in enabled if f != "delta"))
