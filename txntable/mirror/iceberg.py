@@ -736,8 +736,8 @@ class IcebergPublisher:
 
 
 def _shape(fields: list[dict[str, Any]]) -> Any:
-    """A schema's fields without their ids (ids are assigned by whoever wrote it)."""
-
+    """A schema's fields without their ids (assigned by whoever wrote it) nor their order
+    (a column added by evolution comes last in Iceberg, before the mirror's own in ours)."""
     kept = ("name", "required", "type", "fields", "element", "element-required", "key", "value",
             "value-required")
 
@@ -745,7 +745,7 @@ def _shape(fields: list[dict[str, Any]]) -> Any:
         if isinstance(t, dict):
             return {k: strip(v) for k, v in t.items() if k in kept}
         if isinstance(t, list):
-            return [strip(x) for x in t]
+            return sorted((strip(x) for x in t), key=lambda f: json.dumps(f, sort_keys=True))
         return t
 
     return strip(fields)
