@@ -464,3 +464,20 @@ def test_any_store_publishes_the_mirror_through_the_store(tmp_path: Path) -> Non
     cold = IcebergPublisher(wh.store, "t").state()
     assert sorted(f.records for f in cold.files.values()) == [1, 2]
     assert cold.location == "memory://iceberg-" + tmp_path.name + "/t"
+
+
+def test_a_format_that_fails_does_not_keep_the_other_from_publishing(tmp_path: Path) -> None:
+    from txntable import Producer
+
+    wh = lake(tmp_path)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("at", pa.timestamp("us"))])
+    table = wh.create_table("n", schema=schema, configuration={"mirror.iceberg": "true",
+                                                                "mirror.interval.ms": -1})
+    with Producer(wh) as producer:
+        producer.send("n", value={"id": 7, "at": None})
+    # Delta reader 1 cannot hold a timestamp without a zone; Iceberg can.
+    with pytest.raises(MirrorUnsupportedError, match="timestampNtz"):
+        table.publish()
+    assert not (tmp_path / "lake" / "n" / "_delta_log").exists()
+    st = StaticTable.from_metadata(iceberg_metadata(str(tmp_path / "lake" / "n")))
+    assert st.scan().to_arrow()["id"].to_pylist() == [7]
