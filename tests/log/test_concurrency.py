@@ -33,7 +33,7 @@ def produce(url: str, worker: int, barrier: Any, results: Any) -> None:
                 producer.flush()  # many small commits, so the processes keep colliding
         producer.flush()
         acked = [(v, f.result(timeout=60)) for v, f in futures]
-        table = producer._table("t")
+        table = producer.metadata.table("t")
         producer.close()  # a committer serves the other processes until it is closed
         # Versions this process wrote (its appends, or group-commit rounds), and the races
         # it lost (a lost race, or an append handed to another writer's round).

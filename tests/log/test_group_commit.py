@@ -88,7 +88,7 @@ def run_writers(root: Path, writers: int, records: int, transactional: bool) -> 
                 meta = future.get(timeout=60)
                 with lock:
                     acked[(meta.partition, meta.offset)] = value
-            gc = producer._table("t").group_commit
+            gc = producer.metadata.table("t").group_commit
             assert gc is not None
             with lock:
                 stats.append(dict(gc.stats))

@@ -380,14 +380,14 @@ def test_a_producer_runs_maintenance_in_the_background(wh: Warehouse) -> None:
     for i in range(6):
         p.send("t", value=f"v{i}".encode(), partition=0)
         p.flush()
-    assert p._maintenance is not None
-    p._maintenance.join(30)
+    assert p.sender.maintenance is not None
+    p.sender.maintenance.join(30)
     p.close()
     part = wh.table("t").snapshot().partition(0)
     assert isinstance(part.entries[0], Segment)
     assert read(wh, "t", "read_committed")[0] == [(i, f"v{i}".encode()) for i in range(6)]
     off = Producer(wh, linger_ms=600_000, batch_size=1 << 30, auto_maintenance=False)
-    assert off._maintenance is None
+    assert off.sender.maintenance is None
     off.close()
 
 

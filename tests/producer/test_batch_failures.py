@@ -16,8 +16,7 @@ from tableutil import ReadFaultStore, is_log_version, read_all
 
 from txntable import Producer, Warehouse
 from txntable.errors import InternalError, KafkaTimeoutError, StorageError, TxnTableError
-from txntable.producer import accumulator, partitioner
-from txntable.producer import producer as producer_module
+from txntable.producer import accumulator, partitioner, sender
 
 MakeProducer = Callable[..., Producer]
 
@@ -74,9 +73,9 @@ def test_a_bug_in_one_batch_fails_that_batch_only(
     t: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     if where == "sealing":
-        _fail_once(monkeypatch, producer_module, "choose_partitions")
+        _fail_once(monkeypatch, accumulator, "choose_partitions")
     else:
-        _fail_once(monkeypatch, producer_module, "encode_table")
+        _fail_once(monkeypatch, sender, "encode_table")
     p = make_producer(t)
     doomed = [p.send("t", value=b"x", partition=0) for _ in range(3)]
     p.flush()
@@ -96,7 +95,6 @@ def test_a_bug_while_sealing_in_the_callers_thread_is_typed(
     """``send`` seals in the caller's thread once enough is buffered: the bug reaches the
     batch's futures, never the caller as a ValueError."""
     _fail_once(monkeypatch, accumulator, "greedy_cuts")
-    monkeypatch.setattr(producer_module, "greedy_cuts", accumulator.greedy_cuts)
     p = make_producer(t, batch_size=64, max_request_size=200, buffer_memory=100_000)
     futures = [p.send("t", value=b"v" * 40) for _ in range(30)]
     p.flush()
@@ -111,7 +109,7 @@ def test_a_bug_while_sealing_in_the_callers_thread_is_typed(
 def test_send_batch_bug_is_typed(
     t: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fail_once(monkeypatch, producer_module, "seal")
+    _fail_once(monkeypatch, accumulator, "seal")
     p = make_producer(t)
     with pytest.raises(InternalError) as info:
         p.send_batch("t", {"value": [b"a", b"b"]}, partition=0)
@@ -124,7 +122,7 @@ def test_send_batch_bug_is_typed(
 def test_transaction_with_a_failed_batch_must_abort_then_works(
     t: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fail_once(monkeypatch, producer_module, "choose_partitions")
+    _fail_once(monkeypatch, accumulator, "choose_partitions")
     p = make_producer(t, transactional_id="tx")
     p.init_transactions()
     p.begin_transaction()

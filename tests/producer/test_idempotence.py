@@ -93,7 +93,7 @@ def test_ambiguous_put_and_failed_read_back_retries_as_duplicate(
     assert [f.result(timeout=10).offset for f in futures] == [0, 1, 2]
     assert fault.fired == 1 and fault_store.get_faults_fired == 1
     assert version_keys == ["orders/_log/00000000000000000001.json"]
-    table = p._table("orders")  # the producer's own handle saw the conflict
+    table = p.metadata.table("orders")  # the producer's own handle saw the conflict
     assert table.log.stats.ambiguous == 1
     assert table.log.stats.conflicts >= 1
     assert table.snapshot(refresh=False).version == 1  # the retry wrote nothing

@@ -185,14 +185,14 @@ def test_an_unexpected_sender_failure_fails_its_batch_typed(
 
     wh.create_table("t", partitions=1)
     p = Producer(wh, linger_ms=0)
-    monkeypatch.setattr(p, "_write_segments", lambda *a: 1 / 0)
+    monkeypatch.setattr(p.sender, "write_segments", lambda *a: 1 / 0)
     future = p.send("t", value=b"v")
     with pytest.raises(InternalError, match="ZeroDivisionError") as info:
         future.result(timeout=10)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     monkeypatch.undo()  # the next batch is healthy: the sender goes on with it
     assert p.send("t", value=b"w").result(timeout=10).offset == 0
-    assert p._sender.is_alive()
+    assert p.sender.is_alive()
     p.close(timeout=10)
 
 

@@ -51,7 +51,7 @@ def produce(
         for i, future in enumerate(futures):
             meta = future.result(timeout=120)
             acks.append((meta.partition, meta.offset, b"w%d-%d" % (worker, i)))
-        stats = producer._table("events").log.stats
+        stats = producer.metadata.table("events").log.stats
         conflicts = stats.conflicts
         producer.close()
         wh.store.close()

@@ -136,7 +136,7 @@ def test_close_after_a_commit_that_cannot_finish_still_closes(
     with caplog.at_level(logging.WARNING):
         with p:  # __exit__ closes: it must not raise
             pass
-    assert not p._sender.is_alive()
+    assert not p.sender.is_alive()
     assert "decided to commit" in caplog.text
     fault_store.clear()
     assert wh.recover().committed == ["tx"]  # the decision is finished, not lost

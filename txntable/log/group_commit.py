@@ -102,6 +102,9 @@ OUTCOME_RECORD_VERSIONS = 64
 #: A follower reads the log instead of the record after the record moved on this many
 #: times without its intent (it may miss one round by listing late).
 RECORD_MISSES = 3
+#: The learned time to a decision is capped at this many help_ms (it spaces a follower's
+#: looks at the outcome record; the looks stay at most help_ms / 2 apart).
+DECIDE_S_MAX_HELPS = 10
 
 Build = Callable[[TableSnapshot], CommitPlan[Any]]
 R = TypeVar("R")
@@ -328,6 +331,8 @@ class GroupCommit:
         self._tip_hint = -1
         #: How long deciding this handle's last intents took (a moving average, seconds).
         self._decide_s = 0.0
+        #: The outcome record as last read, and its parse (followers look often).
+        self._seen_record: tuple[bytes, dict[int, dict[str, list[Any]]]] = (b"", {})
         self.stats = {"rounds": 0, "intents": 0, "helps": 0, "direct": 0, "followed": 0}
 
     # --- entry points ----------------------------------------------------------------
@@ -885,8 +890,8 @@ class GroupCommit:
         # is not helped: helping adds work where time is short.
         help_at = started + help_s * random.uniform(1, 1.5)
         # Look about when a decision is due, then a few times per expected wait: each look
-        # is a request.
-        poll = max(self.cfg.poll_ms / 1000, self._decide_s / 4)
+        # is a request (and many waiting writers' looks are CPU a busy committer lacks).
+        poll = min(max(self.cfg.poll_ms / 1000, self._decide_s / 4), help_s / 2)
         time.sleep(min(self._decide_s * 0.8, help_s / 2))
         record_tip = -1
         misses = 0
@@ -898,9 +903,9 @@ class GroupCommit:
             if tip > record_tip:
                 misses += record_tip >= 0
                 record_tip = tip
-                help_at = min(
-                    time.monotonic() + help_s * random.uniform(1, 1.5), started + 4 * help_s
-                )
+                # Rounds are being committed: a slow committer is not helped (helping adds
+                # work where time is short, and each helper reads every pending intent).
+                help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
             if misses >= RECORD_MISSES or time.monotonic() >= help_at:
                 # The record moved on without it (or nothing moves): the log decides.
                 with self.table._lock:
@@ -915,8 +920,11 @@ class GroupCommit:
                 if outcome is not None:
                     self._learned(started)
                     return self._from_log(intent, outcome)
+                # Rounds went by without it although they take every listed intent: the
+                # committer does not see it (or nothing moves): commit a round with it.
+                overlooked = misses >= RECORD_MISSES
                 misses = 0
-                if time.monotonic() >= help_at:
+                if overlooked or time.monotonic() >= help_at:
                     self._help(intent)
                     help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
                     continue
@@ -924,14 +932,20 @@ class GroupCommit:
             time.sleep(poll)
 
     def _learned(self, started: float) -> None:
-        took = min(time.monotonic() - started, self.cfg.help_ms / 1000)
+        # Capped: the first look comes at most help_ms / 2 after the intent anyway.
+        took = min(time.monotonic() - started, DECIDE_S_MAX_HELPS * self.cfg.help_ms / 1000)
         self._decide_s = 0.7 * self._decide_s + 0.3 * took
 
     def _from_record(self, intent: Intent) -> tuple[tuple[Any, str, Any, int] | None, int]:
         """The intent's outcome in the outcome record, and the record's newest version."""
         key = outcomes_key(self.table.log.root)
         try:
-            rounds = _parse_record(self.table.store.get(key).data)
+            data = self.table.store.get(key).data
+            if data == self._seen_record[0]:
+                rounds = self._seen_record[1]  # unchanged since the last look: not parsed again
+            else:
+                rounds = _parse_record(data)
+                self._seen_record = (data, rounds)
         except (ObjectNotFoundError, TransientStorageError):
             return None, -1
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):

@@ -1,5 +1,11 @@
 """The producer's record accumulator: columns, not record objects.
 
+:class:`RecordAccumulator` owns the buffers and their memory: the open column lists of every
+table, sealing them into per-partition runs, the queue of each partition, ``buffer_memory``
+accounting (and blocking for ``max_block_ms`` when it is full), the futures of the buffered
+batches, and when a round is ready (``batch_size``, ``linger_ms``, a flush, a waiter for
+memory). The sender drains it one round at a time.
+
 ``send`` appends a record's fields to per-table column lists (:class:`RecordColumns`).
 Sealing turns those lists into one Arrow table, chooses every row's partition at once
 (vectorised murmur2 of the keys, the sticky partition for null keys), sorts the rows by
@@ -15,27 +21,42 @@ serialized size, which ``batch_size`` and ``max_request_size`` limit) and *memor
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from threading import get_ident as _get_ident
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txntable.producer.futures import ProduceResult
+from txntable.errors import (
+    BufferExhaustedError,
+    InternalError,
+    SerializationError,
+    TxnTableError,
+)
+from txntable.producer.futures import FutureRecordMetadata, ProduceResult
+from txntable.producer.metadata import ProducerMetadata
 from txntable.producer.partitioner import StickyPartitioner, partitions_for_keys
 from txntable.protocol.records import (
     HEADERS_TYPE,
     SEGMENT_SCHEMA,
     TIMESTAMP_TYPE,
     empty_headers,
+    record_sizes,
 )
-from txntable.protocol.schema import TypedLayout, fill_required
+from txntable.protocol.schema import TypedLayout, fill_required, typed_record_sizes
 from txntable.structs import (
     Header,
+    TopicPartition,
 )
+
+_log = logging.getLogger(__name__)
 
 #: Memory a record sent with ``send`` costs beyond its record bytes while it waits as
 #: Python objects: two ``bytes`` headers (33 B each), four list slots (8 B each, with the
@@ -392,3 +413,518 @@ def segment_rows(segment: ProducerBatch) -> pa.Table:
     if len(tables) == 1 or all(t.schema.equals(tables[0].schema) for t in tables):
         return pa.concat_tables(tables)
     return fill_required(pa.concat_tables(tables, promote_options="permissive"))
+
+
+def return_freed_memory() -> None:
+    """Hand memory Arrow freed in this thread back to the OS.
+
+    pyarrow's default allocator (mimalloc) keeps freed pages in per-thread heaps; with a
+    sender, writer threads and callers all encoding and copying, that retention alone was
+    several times ``buffer_memory``. Cheap (under a microsecond) when nothing is held.
+    """
+    pa.default_memory_pool().release_unused()
+
+
+#: One round of the sender: each table's batches, one per partition.
+Round = dict[str, list[ProducerBatch]]
+
+
+class RecordAccumulator:
+    """The producer's buffers: open columns, queued runs, the round in flight, and memory.
+
+    Args:
+        metadata: Partition counts and layouts of the tables (sealing partitions rows).
+        batch_size: Record bytes of a partition (or a table's unsealed records) that make a
+            round ready.
+        linger_ms: How long the oldest buffered record may wait before a round is ready.
+        buffer_memory: Memory the buffered records may occupy.
+        max_block_ms: How long an append waits for memory.
+        max_request_size: The most record bytes in one batch.
+        on_unsent_failure: Told about a batch that failed before any of it was drained
+            (sealing failed, or ``send_batch`` queued only part of its rows): a transaction
+            can only be aborted then.
+
+    Lock order: ``_seal_lock``, then ``_lock`` or ``_cond`` (never both at once).
+    """
+
+    def __init__(
+        self,
+        metadata: ProducerMetadata,
+        *,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        max_block_ms: int,
+        max_request_size: int,
+        on_unsent_failure: Callable[[TxnTableError], None],
+    ) -> None:
+        self._metadata = metadata
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.buffer_memory = buffer_memory
+        self.max_block_ms = max_block_ms
+        self.max_request_size = max_request_size
+        self._on_unsent_failure = on_unsent_failure
+        # send() seals a table's column lists once they hold this many record bytes, so
+        # most buffered records sit in compact Arrow buffers, not Python objects.
+        self._seal_bytes = max(batch_size, min(max_request_size, buffer_memory // 8))
+        # send_batch() queues its rows in pieces of this many record bytes, so a call
+        # larger than buffer_memory streams instead of being copied whole.
+        self._piece_bytes = max(max_request_size, buffer_memory // 4)
+        self._partitioner = StickyPartitioner()
+        self._lock = threading.Lock()  # adding and removing open records (never per record)
+        self._seal_lock = threading.Lock()  # one sealer at a time: keeps partitions in order
+        self._cond = threading.Condition()  # queues, memory, rounds in flight, flush
+        self._open: dict[str, RecordColumns] = {}
+        self._sealing: set[ProduceResult] = set()  # under _lock: taken from _open, not queued
+        self._queues: dict[TopicPartition, PartitionQueue] = {}
+        self._memory = 0  # under _cond: queued and in-flight rows, encoded segments
+        self._memory_waiters = 0  # under _cond: callers blocked on a full buffer
+        self._in_flight: list[ProducerBatch] = []  # the round drained and not done yet
+        self._flush_requested = False
+        #: No more appends; the sender drains what is buffered, then stops.
+        self.closed = False
+
+    # --- appending -----------------------------------------------------------------------
+
+    def append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: Any,
+        timestamp: int,
+        partition: int,
+        headers: tuple[Header, ...],
+        size: int,
+        row_memory: int,
+    ) -> FutureRecordMetadata:
+        """Buffer one checked record (``partition`` -1: chosen when sealed).
+
+        The per-record path: no lock, one append per column to this thread's lists, and a
+        handle; partitioning, Arrow conversion, futures and memory accounting are per batch.
+
+        Raises:
+            BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
+        """
+        ident = _get_ident()
+        while True:
+            columns = self._open.get(topic)
+            if columns is None or columns.budget < row_memory:
+                columns = self._make_room(topic, row_memory)
+            # No lock: this thread appends to its own lists, and a sealer closes the
+            # object, then waits until ``inside`` is empty (each step is atomic).
+            inside = columns.inside
+            inside.append(None)
+            if columns.closed:  # sealed meanwhile: append to the table's next object
+                inside.pop()
+                continue
+            mine = columns.threads.get(ident) or columns.for_thread(ident)
+            index = len(mine.keys)
+            mine.keys.append(key)
+            mine.values.append(value)
+            mine.timestamps.append(timestamp)
+            mine.partitions.append(partition)
+            if headers:
+                mine.headers[index] = headers
+            mine.record_bytes += size
+            buffered = mine.record_bytes
+            columns.budget -= row_memory  # approximate if threads race; renewed when spent
+            inside.pop()
+            break
+        if mine.slot:
+            index |= mine.slot << 32
+        if buffered >= self._seal_bytes:
+            self.seal(topic)
+        if index == 0 or (buffered >= self.batch_size > buffered - size):
+            with self._cond:  # a new linger deadline, or a full batch: wake the sender
+                self._cond.notify_all()
+        return FutureRecordMetadata(columns.result, index)
+
+    def append_rows(
+        self,
+        topic: str,
+        table: pa.Table,
+        sizes: np.ndarray,
+        partition: int | None,
+        result: ProduceResult,
+    ) -> None:
+        """Queue checked rows of one ``send_batch`` call (``result`` started), in pieces of
+        at most a quarter of ``buffer_memory``, waiting for memory before each.
+
+        Raises:
+            BufferExhaustedError: The buffer stayed full for ``max_block_ms``; the rows not
+                queued yet fail with it (the queued ones are still sent).
+        """
+        n = table.num_rows
+        start = 0
+        for stop in greedy_cuts(sizes, self._piece_bytes):
+            piece = table.slice(start, stop - start)
+            copies = 1 if partition is None else 0  # sorting rows by partition copies them
+            estimate = piece.nbytes * (1 + copies) + (stop - start) * ROW_BOOKKEEPING
+            try:
+                self._wait_for_memory(topic, estimate, reserve=True)
+                self._queue_rows(
+                    topic, piece, sizes[start:stop], partition, result, start, estimate
+                )
+            except Exception as e:
+                error = InternalError.wrap(e)
+                result.fail(n - start, error)
+                if start:
+                    self._on_unsent_failure(error)  # half a batch must not be committed
+                if error is e:
+                    raise
+                raise error from e
+            return_freed_memory()
+            start = stop
+
+    def _queue_rows(
+        self,
+        topic: str,
+        rows: pa.Table,
+        sizes: np.ndarray,
+        partition: int | None,
+        result: ProduceResult,
+        first_row: int,
+        reserved: int,
+    ) -> None:
+        """Partition and queue rows of ``send_batch`` whose memory was reserved."""
+        with self._seal_lock:
+            self._seal_locked(topic)  # records sent before this call stay ahead of it
+            explicit = None if partition is None else np.full(len(sizes), partition, np.int32)
+            try:
+                partitions = choose_partitions(
+                    self._metadata.keys(topic, rows),
+                    explicit,
+                    sizes,
+                    topic,
+                    self._metadata.partition_count(topic),
+                    self._partitioner,
+                    self.max_request_size,
+                )
+                runs = seal(rows, sizes, partitions, result, first_row)
+            except BaseException:
+                self.release(reserved)
+                raise
+            self._enqueue(topic, runs, reserved)
+
+    def _enqueue(self, topic: str, runs: list[tuple[int, QueuedRows]], reserved: int) -> None:
+        """Queue sealed runs; their memory replaces ``reserved`` bytes of reservation."""
+        with self._cond:
+            for partition, run in runs:
+                tp = TopicPartition(topic, partition)
+                queue = self._queues.get(tp)
+                if queue is None:
+                    queue = self._queues[tp] = PartitionQueue()
+                queue.push(run)
+            self._memory += sum(run.memory for _, run in runs) - reserved
+            self._cond.notify_all()
+
+    # --- memory --------------------------------------------------------------------------
+
+    def _open_memory(self) -> int:
+        return sum(c.memory for c in tuple(self._open.values()))
+
+    def _free_memory(self) -> int:
+        return self.buffer_memory - self._open_memory() - self._memory
+
+    def _make_room(self, topic: str, memory: int) -> RecordColumns:
+        """``append``'s slow path: no open records for the table, or their budget is spent.
+
+        Waits for buffer memory and gives the table's open records a new budget (the memory
+        free now), so ``append`` compares one number per record instead of summing the
+        buffer.
+        """
+        self._wait_for_memory(topic, memory, reserve=False)
+        with self._lock:
+            columns = self._open.get(topic)
+            if columns is None:
+                columns = self._open[topic] = RecordColumns(topic, 0)
+            columns.budget = max(self._free_memory(), memory)
+            return columns
+
+    def _wait_for_memory(self, topic: str, memory: int, reserve: bool) -> None:
+        """Block until ``memory`` more bytes fit in ``buffer_memory`` (and reserve them).
+
+        Raises:
+            BufferExhaustedError: They did not fit within ``max_block_ms``.
+        """
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        if topic in self._open and self._free_memory() < memory:
+            self.seal(topic)  # Arrow holds the waiting records in less memory
+        with self._cond:
+            # Something must be buffered to wait for; a reservation larger than the whole
+            # buffer goes ahead alone rather than never.
+            # While someone waits, the sender sends what is buffered at once, whatever
+            # batch_size and linger_ms say (Kafka's accumulator counts an exhausted buffer
+            # as ready): else a buffer full of lingering records frees nothing.
+            self._memory_waiters += 1
+            try:
+                while (used := self._open_memory() + self._memory) + memory > (
+                    self.buffer_memory
+                ) and used > 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise BufferExhaustedError(
+                            f"failed to allocate {memory} bytes within "
+                            f"max_block_ms={self.max_block_ms}"
+                        )
+                    self._cond.notify_all()  # the sender, waiting for a linger deadline
+                    self._cond.wait(remaining)
+            finally:
+                self._memory_waiters -= 1
+            if reserve:
+                self._memory += memory
+
+    def add_memory(self, memory: int) -> None:
+        """Count ``memory`` more bytes as used without waiting (encoded segments in flight,
+        whose rows still hold theirs)."""
+        with self._cond:
+            self._memory += memory
+
+    def release(self, memory: int) -> None:
+        """Give back ``memory`` bytes counted by :meth:`add_memory` or a reservation."""
+        with self._cond:
+            self._memory -= memory
+            self._cond.notify_all()
+
+    @property
+    def used_memory(self) -> int:
+        """Buffer memory in use now (open, queued and in-flight records, encoded segments)."""
+        with self._cond:
+            return self._open_memory() + self._memory
+
+    # --- sealing -------------------------------------------------------------------------
+
+    def seal(self, topic: str) -> None:
+        """Turn ``topic``'s open column lists into queued Arrow runs."""
+        with self._seal_lock:
+            self._seal_locked(topic)
+
+    def seal_all(self) -> None:
+        """:meth:`seal` every table."""
+        with self._seal_lock:
+            for topic in list(self._open):
+                self._seal_locked(topic)
+
+    def _seal_locked(self, topic: str) -> None:
+        """:meth:`seal` holding ``_seal_lock``."""
+        with self._lock:
+            columns = self._open.pop(topic, None)
+            if columns is None:
+                return
+            self._sealing.add(columns.result)  # flush() waits for it meanwhile
+        try:
+            self._seal_columns(topic, columns)
+        finally:
+            with self._lock:
+                self._sealing.discard(columns.result)
+
+    def _seal_columns(self, topic: str, columns: RecordColumns) -> None:
+        columns.close()
+        # The rows stay counted (as a reservation) until their Arrow copy replaces them.
+        with self._cond:
+            self._memory += columns.memory
+        n = len(columns)
+        result = columns.result
+        try:
+            layout = self._metadata.layout(topic)
+            if layout is None:
+                table, timestamps, explicit, bases = columns.columns()
+                sizes = record_sizes(table)
+            else:
+                try:
+                    table, timestamps, explicit, bases = typed_columns(columns, layout)
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                    # A value send() let through that does not convert after all.
+                    raise SerializationError(f"a record of table {topic}: {e}") from e
+                sizes = typed_record_sizes(table)
+            result.bases = bases
+            partitions = choose_partitions(
+                self._metadata.keys(topic, table),
+                explicit if (explicit >= 0).any() else None,
+                sizes,
+                topic,
+                self._metadata.partition_count(topic),
+                self._partitioner,
+                self.max_request_size,
+            )
+            result.start(n, timestamps)
+            runs = seal(table, sizes, partitions, result, 0)
+        except Exception as e:
+            # Sealing runs in whichever thread fills the buffer: the batch's records fail
+            # (their futures hold the error) and the producer goes on with the next batch.
+            error = InternalError.wrap(e)
+            if error is not e:
+                _log.error("sealing a batch of %s failed", topic, exc_info=e)
+            self._fail_columns(columns, error)
+            self._on_unsent_failure(error)
+            return
+        except BaseException as e:
+            self._fail_columns(columns, e)
+            raise
+        self._enqueue(topic, runs, columns.memory)  # the lists are freed with ``columns``
+        return_freed_memory()
+
+    def _fail_columns(self, columns: RecordColumns, error: BaseException) -> None:
+        n = len(columns)
+        if not columns.result.started:
+            columns.result.start(n, np.zeros(n, np.int64))
+        columns.result.fail(n, error)
+        self.release(columns.memory)
+
+    def batch_written(self, topic: str, num_partitions: int) -> None:
+        """A batch of ``topic`` was written: its null-key records stick to another
+        partition from now on (KIP-480)."""
+        self._partitioner.on_new_batch(topic, num_partitions)
+
+    # --- flushing and aborting -----------------------------------------------------------
+
+    def _pending_results(self) -> set[ProduceResult]:
+        with self._lock:
+            pending = {c.result for c in self._open.values()} | self._sealing
+        with self._cond:
+            for queue in self._queues.values():
+                pending.update(run.result for run in queue.runs)
+            for batch in self._in_flight:
+                pending.update(batch.results())
+        return pending
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Make what is buffered ready now and wait until every buffered batch is done
+        (committed or failed); whether all were within ``timeout`` seconds."""
+        pending = self._pending_results()
+        if not pending:
+            return True
+        with self._cond:
+            # Only buffered records need the flag (the sender clears it when it drains);
+            # set with nothing buffered, it outlived this call and the next record was sent
+            # at once, ignoring linger_ms.
+            if self._has_buffered():
+                self._flush_requested = True
+            self._cond.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for result in pending:  # an error is the future's; transactional errors kept apart
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.wait(left):
+                return False
+        return True
+
+    def abort_undrained(self, error: BaseException) -> None:
+        """Fail every buffered record not drained yet with ``error`` and free its memory
+        (the round in flight goes on)."""
+        with self._seal_lock:
+            with self._lock:
+                opened, self._open = self._open, {}
+            with self._cond:
+                runs = [run for q in self._queues.values() for run in q.runs]
+                self._queues = {}
+                self._memory -= sum(run.memory for run in runs)
+                self._cond.notify_all()
+        for columns in opened.values():
+            columns.close()
+            columns.result.start(len(columns), np.zeros(len(columns), np.int64))
+            columns.result.fail(len(columns), error)
+        for run in runs:
+            run.result.fail(len(run.rows), error)
+
+    def close(self) -> int | None:
+        """Refuse further appends (the sender drains what is buffered, then stops).
+
+        Returns:
+            The number of records not drained yet, or ``None`` if it was closed already.
+        """
+        with self._cond:
+            if self.closed:
+                return None
+            unsent = sum(len(c) for c in self._open.values()) + sum(
+                len(run.rows) for q in self._queues.values() for run in q.runs
+            )
+            self.closed = True
+            self._cond.notify_all()
+            return unsent
+
+    # --- draining ------------------------------------------------------------------------
+
+    def _has_buffered(self) -> bool:
+        return bool(self._open or self._sealing) or any(q.runs for q in self._queues.values())
+
+    def _ready(self, now: float) -> tuple[bool, float | None]:
+        """Whether a round is ready, else how long until the oldest record's linger ends
+        (``None``: nothing buffered)."""
+        opened = tuple(self._open.values())
+        queues = [q for q in self._queues.values() if q.runs]
+        if not opened and not queues:
+            return False, None
+        if self._flush_requested or self.closed or self._memory_waiters:
+            return True, None
+        if any(c.record_bytes >= self.batch_size for c in opened) or any(
+            q.record_bytes >= self.batch_size for q in queues
+        ):
+            return True, None
+        oldest = min([c.created for c in opened] + [q.created for q in queues])
+        due = oldest + self.linger_ms / 1000
+        return now >= due, max(due - now, 0.0)
+
+    def await_ready(self) -> bool:
+        """Block until a round is ready (True), or until closed with nothing buffered
+        (False: the sender stops)."""
+        with self._cond:
+            while True:
+                ready, wait = self._ready(time.monotonic())
+                if ready:
+                    return True
+                if self.closed and not self._has_buffered():
+                    return False
+                if not self._has_buffered():
+                    self._flush_requested = False
+                self._cond.wait(wait)
+
+    def drain(self) -> Round:
+        """Take one round: one batch per partition with queued rows, each of at most
+        ``max_request_size`` record bytes. Call :meth:`round_done` when it is done."""
+        with self._cond:
+            by_table: Round = {}
+            for tp in sorted(self._queues):
+                queue = self._queues[tp]
+                if queue.runs:
+                    batch = ProducerBatch(tp.partition, queue.take(self.max_request_size))
+                    by_table.setdefault(tp.topic, []).append(batch)
+            self._in_flight = [b for items in by_table.values() for b in items]
+            if not self._has_buffered():
+                self._flush_requested = False
+            return by_table
+
+    def drain_whole(self, allowed: Callable[[], bool]) -> Round | None:
+        """Take everything buffered as one round if it is one table's, no partition holds
+        more than one batch, no round is in flight and ``allowed()`` (asked while no
+        round can start); else ``None`` and nothing is taken.
+
+        One log only: its one version makes data and markers visible at once. Across
+        several logs the versions land one after the other, and a transaction whose
+        producer dies between them must hold the others' LSO (the normal path's open
+        batches do; a short path's data is in no log before its markers).
+        """
+        self.seal_all()
+        with self._cond:
+            if self._in_flight or not allowed():
+                return None
+            queues = sorted((tp, q) for tp, q in self._queues.items() if q.runs)
+            if not queues or any(q.record_bytes > self.max_request_size for _, q in queues):
+                return None
+            if len({tp.topic for tp, _ in queues}) > 1:
+                return None
+            by_table: Round = {}
+            for tp, q in queues:
+                batch = ProducerBatch(tp.partition, q.take(self.max_request_size))
+                by_table.setdefault(tp.topic, []).append(batch)
+            self._in_flight = [b for items in by_table.values() for b in items]
+            return by_table
+
+    def round_done(self, batches: list[ProducerBatch]) -> None:
+        """The drained ``batches`` are settled: free their memory; the next round may
+        start."""
+        return_freed_memory()
+        with self._cond:
+            self._memory -= sum(b.memory for b in batches)
+            self._in_flight = []
+            self._cond.notify_all()

@@ -1,0 +1,239 @@
+"""The sender alone: rounds drained from a real accumulator, written and committed to a real
+store, with a real transaction manager for ids and sequences; no ``Producer``.
+
+Records are appended to the accumulator directly and never linger (a round is ready only
+on flush or close), so a test decides which records share a round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from tableutil import batches_in_log, read_all
+
+from txntable import Warehouse
+from txntable.errors import KafkaTimeoutError, TransientStorageError
+from txntable.producer.accumulator import PY_RECORD_OVERHEAD, RecordAccumulator
+from txntable.producer.futures import FutureRecordMetadata
+from txntable.producer.metadata import ProducerMetadata
+from txntable.producer.retries import Retries
+from txntable.producer.sender import Sender
+from txntable.producer.transaction_manager import ClientTxnState, TransactionManager
+from txntable.storage import MemoryStore
+from txntable.storage.wrappers import FaultInjectingStore
+from txntable.structs import RECORD_OVERHEAD
+
+Parts = tuple[RecordAccumulator, TransactionManager, Sender]
+
+
+@pytest.fixture
+def store(memory_store: MemoryStore) -> FaultInjectingStore:
+    return FaultInjectingStore(memory_store)
+
+
+@pytest.fixture
+def t(store: FaultInjectingStore) -> Warehouse:
+    wh = Warehouse(store=store)
+    wh.create_table("t", partitions=3)
+    return wh
+
+
+@pytest.fixture
+def make_parts() -> Iterator[Callable[..., Parts]]:
+    made: list[tuple[RecordAccumulator, Sender, ProducerMetadata]] = []
+
+    def make(
+        wh: Warehouse, transactional_id: str | None = None, delivery_timeout_ms: int = 5000
+    ) -> Parts:
+        retries = Retries(delivery_timeout_ms, 1000)
+        metadata = ProducerMetadata(wh, retries)
+        txn = TransactionManager(metadata, retries, transactional_id, True, 60_000)
+        acc = RecordAccumulator(
+            metadata,
+            batch_size=1 << 30,
+            linger_ms=600_000,
+            buffer_memory=32 << 20,
+            max_block_ms=1000,
+            max_request_size=1 << 20,
+            on_unsent_failure=lambda e: txn.batch_failed(e, sequenced=False),
+        )
+        sender = Sender(acc, txn, metadata, retries, maintenance=None)
+        sender.start()
+        made.append((acc, sender, metadata))
+        return acc, txn, sender
+
+    yield make
+    for acc, sender, metadata in made:
+        acc.close()
+        sender.close(10)
+        assert not sender.is_alive()
+        metadata.close()
+
+
+def put(acc: RecordAccumulator, value: bytes, partition: int) -> FutureRecordMetadata:
+    size = RECORD_OVERHEAD + len(value)
+    return acc.append("t", None, value, 1_000, partition, (), size, size + PY_RECORD_OVERHEAD)
+
+
+def sent(acc: RecordAccumulator, value: bytes, partition: int) -> FutureRecordMetadata:
+    """``put`` and flush: the record's own round."""
+    future = put(acc, value, partition)
+    acc.flush(10)
+    return future
+
+
+def is_segment(key: str) -> bool:
+    return key.startswith("t/data/")
+
+
+def test_a_round_is_one_segment_per_partition_committed_as_one_log_version(
+    t: Warehouse, make_parts: Callable[..., Parts]
+) -> None:
+    acc, txn, _ = make_parts(t)
+    futures = [put(acc, b"a", 0), put(acc, b"b", 2), put(acc, b"c", 0)]
+    assert acc.flush(10)
+    assert [(f.get(0).partition, f.get(0).offset) for f in futures] == [(0, 0), (2, 0), (0, 1)]
+    found = batches_in_log(t, "t")
+    assert {v for v, _ in found} == {1}  # version 0 created the table
+    identity = [
+        (b.partition, b.count, b.producerId, b.producerEpoch, b.baseSequence) for _, b in found
+    ]
+    assert identity == [(0, 2, txn.producer_id, 0, 0), (2, 1, txn.producer_id, 0, 0)]
+    assert txn.producer_id >= 0
+    # The next round continues each partition's sequences.
+    assert sent(acc, b"d", 0).get(0).offset == 2
+    assert batches_in_log(t, "t")[-1][1].baseSequence == 2
+    assert read_all(t, "t", [0, 1, 2], "read_committed") == {
+        0: [(0, b"a"), (1, b"c"), (2, b"d")],
+        1: [],
+        2: [(0, b"b")],
+    }
+
+
+def test_failed_segment_puts_are_retried_within_the_delivery_timeout(
+    t: Warehouse, store: FaultInjectingStore, make_parts: Callable[..., Parts]
+) -> None:
+    acc, _, _ = make_parts(t)
+    fault = store.fail_before_write(is_segment, times=2)
+    assert sent(acc, b"x", 1).get(0).offset == 0
+    assert fault.fired == 2
+    assert [b.count for _, b in batches_in_log(t, "t")] == [1]
+
+
+def test_a_batch_not_written_in_time_fails_alone_and_the_next_round_goes_on(
+    t: Warehouse, store: FaultInjectingStore, make_parts: Callable[..., Parts]
+) -> None:
+    acc, txn, sender = make_parts(t, delivery_timeout_ms=300)
+    store.fail_before_write(is_segment, times=1000, exc=TransientStorageError("down"))
+    doomed = put(acc, b"lost", 0)
+    acc.flush(10)
+    with pytest.raises(KafkaTimeoutError, match="not committed within delivery_timeout_ms=300"):
+        doomed.get(0)
+    # KIP-360: the failed batch's sequence may never reach the log: a new epoch restarts them.
+    assert txn.producer_epoch == 1
+    store.clear()
+    assert sent(acc, b"kept", 0).get(0).offset == 0
+    assert sender.is_alive()
+    assert [(b.producerEpoch, b.baseSequence) for _, b in batches_in_log(t, "t")] == [(1, 0)]
+
+
+def test_a_transactional_round_registers_each_new_partition_once(
+    t: Warehouse, make_parts: Callable[..., Parts], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acc, txn, _ = make_parts(t, transactional_id="tx")
+    txn.init_transactions()
+    txn.begin_transaction()
+    registered: list[dict[str, set[int]]] = []
+    real = txn.coordinator.add_partitions
+
+    def spy(tid: str, pid: int, epoch: int, partitions: dict[str, set[int]]) -> None:
+        registered.append({k: set(v) for k, v in partitions.items()})
+        real(tid, pid, epoch, partitions)
+
+    monkeypatch.setattr(txn.coordinator, "add_partitions", spy)
+    put(acc, b"a", 0)
+    acc.flush(10)
+    put(acc, b"b", 0)
+    put(acc, b"c", 1)
+    acc.flush(10)
+    assert registered == [{"t": {0}}, {"t": {1}}]
+    assert all(b.transactional for _, b in batches_in_log(t, "t"))
+    assert read_all(t, "t", [0, 1], "read_committed") == {0: [], 1: []}
+    txn.begin_commit()
+    txn.commit()
+    assert read_all(t, "t", [0, 1], "read_committed") == {0: [(0, b"a"), (1, b"b")], 1: [(0, b"c")]}
+
+
+def test_the_short_path_writes_its_segments_and_leaves_the_commit_to_the_manager(
+    t: Warehouse, make_parts: Callable[..., Parts]
+) -> None:
+    acc, txn, sender = make_parts(t, transactional_id="tx")
+    txn.init_transactions()
+    txn.begin_transaction()
+    future = put(acc, b"a", 2)
+    whole = acc.drain_whole(txn.short_path_allowed)
+    assert whole is not None
+    intent = sender.write_transaction(whole)
+    ((pending,),) = intent.values()
+    assert (pending.partition, pending.count, pending.base_sequence) == (2, 1, 0)
+    assert t.store.get_data_file(pending.path)  # written
+    assert acc.used_memory == 0  # the round is handed back
+    assert batches_in_log(t, "t") == [] and not future.done()
+    txn.begin_commit()
+    txn.commit_short_path(whole, intent)
+    assert (future.get(0).partition, future.get(0).offset) == (2, 0)
+
+
+def test_a_short_path_segment_that_cannot_be_written_fails_the_transaction(
+    t: Warehouse, store: FaultInjectingStore, make_parts: Callable[..., Parts]
+) -> None:
+    acc, txn, sender = make_parts(t, transactional_id="tx", delivery_timeout_ms=200)
+    txn.init_transactions()
+    txn.begin_transaction()
+    future = put(acc, b"a", 0)
+    whole = acc.drain_whole(txn.short_path_allowed)
+    assert whole is not None
+    store.fail_before_write(is_segment, times=1000, exc=TransientStorageError("down"))
+    with pytest.raises(TransientStorageError, match="down"):
+        sender.write_transaction(whole)
+    assert isinstance(future.exception(0), TransientStorageError)
+    assert txn.state is ClientTxnState.ABORTABLE_ERROR
+    assert acc.used_memory == 0
+
+
+def test_the_sender_drains_what_is_buffered_before_it_stops(
+    t: Warehouse, make_parts: Callable[..., Parts]
+) -> None:
+    acc, _, sender = make_parts(t)
+    future = put(acc, b"last", 1)
+    assert acc.close() == 1
+    sender.join(10)
+    assert not sender.is_alive()
+    assert future.get(0).offset == 0
+
+
+def test_an_error_of_the_senders_own_machinery_is_kept_and_the_thread_goes_on(
+    t: Warehouse, make_parts: Callable[..., Parts], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acc, txn, sender = make_parts(t, transactional_id="tx")
+    txn.init_transactions()
+    txn.begin_transaction()
+    boom = RuntimeError("broken")
+    calls: list[Any] = []
+    real = acc.seal_all
+
+    def seal_all() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise boom
+        real()
+
+    monkeypatch.setattr(acc, "seal_all", seal_all)
+    future = put(acc, b"a", 0)
+    assert acc.flush(10)
+    assert future.get(0).offset == 0  # the next loop sealed and sent it
+    assert sender.error is boom
+    assert txn.state is ClientTxnState.FATAL_ERROR
+    assert sender.is_alive()

@@ -1,0 +1,264 @@
+"""The producer's sender (Kafka's ``Sender``): the background thread and the commit rounds.
+
+The sender thread waits until the accumulator has a round ready, drains it, writes each
+partition's batch as one Parquet segment (puts on a small pool, so object-store latency and
+fsyncs overlap), registers new partitions with the transaction, appends each table's
+segments as one log version (through group commit when the table has it), and completes the
+batches' futures with their offsets or errors. Transient storage errors are retried within
+``delivery_timeout_ms`` per round; what still fails is the batch's error, never the
+thread's: a failed batch is reported to the transaction manager and the next one goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from txntable.errors import (
+    IllegalStateError,
+    InternalError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    TxnTableError,
+)
+from txntable.layout import new_segment_name
+from txntable.maintenance.maintain import AutoMaintenance
+from txntable.producer.accumulator import (
+    ProducerBatch,
+    RecordAccumulator,
+    Round,
+    return_freed_memory,
+    segment_rows,
+    timestamp_range,
+)
+from txntable.producer.metadata import ProducerMetadata
+from txntable.producer.retries import Retries
+from txntable.producer.transaction_manager import TransactionManager
+from txntable.protocol.append import PendingBatch
+from txntable.protocol.records import encode_table
+from txntable.structs import TopicPartition
+from txntable.util import RETRIABLE, remaining_ms
+
+_log = logging.getLogger(__name__)
+
+#: Segment puts of one round in flight at once (on object storage this overlaps request
+#: latency, on local disk the fsyncs).
+SEGMENT_PUTS = 4
+
+
+class Sender:
+    """Drains the accumulator round by round on its own thread and commits each round.
+
+    Args:
+        accumulator: Where the rounds come from.
+        transaction_manager: Producer id, epoch and sequences of the batches; told about
+            failed batches and new partitions.
+        metadata: The table handles appended through.
+        retries: The retry budgets (``delivery_timeout_ms`` per round).
+        maintenance: Checks after each commit whether a table needs maintenance (``None``:
+            off).
+
+    Attributes:
+        error: The unexpected error that broke the sender's own machinery, if any: the
+            producer refuses further sends with it.
+    """
+
+    def __init__(
+        self,
+        accumulator: RecordAccumulator,
+        transaction_manager: TransactionManager,
+        metadata: ProducerMetadata,
+        retries: Retries,
+        maintenance: AutoMaintenance | None,
+    ) -> None:
+        self._accumulator = accumulator
+        self._txn = transaction_manager
+        self._metadata = metadata
+        self._retries = retries
+        self.maintenance = maintenance
+        self.error: Exception | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread = threading.Thread(target=self.run, name="txntable-sender", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the thread (it stops once the accumulator is
+        closed and drained)."""
+        self._thread.join(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """:meth:`join`, then let the puts' pool go."""
+        self._thread.join(timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+    def run(self) -> None:
+        """The thread: one round after the other until the accumulator is closed and empty."""
+        accumulator = self._accumulator
+        while accumulator.await_ready():
+            try:
+                accumulator.seal_all()
+            except Exception as e:  # noqa: BLE001 - a batch's failure is its futures'; this
+                self._on_unexpected_error(e)  # is the sender's own machinery failing
+            by_table = accumulator.drain()
+            if by_table:
+                try:
+                    self._send(by_table)
+                finally:
+                    accumulator.round_done([b for items in by_table.values() for b in items])
+
+    def _on_unexpected_error(self, e: Exception) -> None:
+        # Unexpected (a bug or an unmapped library error): fail every later call, rather
+        # than let the sender thread die and sends hang.
+        _log.error("producer sender failed", exc_info=e)
+        self.error = e
+        if self._txn.transactional:
+            self._txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
+
+    def _send(self, by_table: Round) -> None:
+        for topic, batches in by_table.items():
+            try:
+                self._send_table(topic, batches)
+            except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
+                if isinstance(e, RETRIABLE):
+                    # Kafka's batch expiry: the outcome is unknown, the time is up.
+                    error: TxnTableError = KafkaTimeoutError(
+                        f"batch of {topic} not committed within delivery_timeout_ms="
+                        f"{self._retries.delivery_timeout_ms} (outcome unknown: {e})"
+                    )
+                    error.__cause__ = e
+                else:
+                    error = InternalError.wrap(e)
+                    if error is not e:
+                        _log.error("sending a batch of %s failed", topic, exc_info=e)
+                # The producer's state first: a caller woken by a failed future sees it.
+                self._txn.batch_failed(error)
+                for batch in batches:
+                    if not batch.settled:
+                        batch.fail(error)
+
+    def _send_table(self, topic: str, batches: list[ProducerBatch]) -> None:
+        """Write and commit one round's batches of ``topic``, retrying transient storage
+        errors for ``delivery_timeout_ms`` in all (Kafka's ``delivery.timeout.ms``)."""
+        deadline = self._retries.delivery_deadline()
+        txn = self._txn
+        txn.ensure_producer_id()
+        table = self._metadata.table(topic)
+        pending = self.write_segments(topic, batches, deadline)
+        txn.add_partitions(topic, {b.partition for b in batches}, deadline)
+        result, _ = self._retries.delivery(
+            lambda: table.append(
+                pending,
+                transactional_id=txn.transactional_id,
+                timeout_ms=remaining_ms(deadline),
+            ),
+            remaining_ms(deadline),
+        )
+        # Before the futures complete, so a flush() returns with stuck transactions gone.
+        txn.finish_stuck_transactions(table)
+        if self.maintenance is not None:
+            self.maintenance.after_commit(table)
+        for batch, base in zip(batches, result.base_offsets, strict=True):
+            batch.resolve(base)
+
+    def write_segments(
+        self, topic: str, batches: list[ProducerBatch], deadline: float
+    ) -> list[PendingBatch]:
+        """Write one segment per batch; take their sequences (once, kept on retry).
+        Failing puts are retried until ``deadline`` (``time.monotonic()``)."""
+        table = self._metadata.table(topic)
+        txn = self._txn
+        sequences = [
+            txn.next_sequence(TopicPartition(topic, b.partition), b.count) for b in batches
+        ]
+        typed = topic in self._metadata.typed
+        # Encoding here, one segment after the other (pyarrow releases the GIL, so callers
+        # keep running), puts on the pool as each is ready: object-store latency (and fsync
+        # on local disk) overlaps, and only this thread allocates Arrow memory.
+        pending: list[PendingBatch] = []
+        puts: list[Future[None]] = []
+        try:
+            for batch, seq in zip(batches, sequences, strict=True):
+                rows = segment_rows(batch) if typed else batch.table()
+                data = encode_table(rows)
+                low, high = timestamp_range(rows)
+                path = table.segment_key(batch.partition, new_segment_name())
+                puts.append(self._submit_put(path, data, deadline))
+                pending.append(
+                    PendingBatch(
+                        partition=batch.partition,
+                        path=path,
+                        count=rows.num_rows,
+                        size=len(data),
+                        producer_id=txn.producer_id,
+                        producer_epoch=txn.producer_epoch,
+                        base_sequence=seq,
+                        transactional=txn.transactional,
+                        min_timestamp=low,
+                        max_timestamp=high,
+                        transactional_id=txn.transactional_id,
+                    )
+                )
+            return_freed_memory()
+        finally:
+            errors = [f.exception() for f in puts]  # every put ends before this returns
+        for error in errors:
+            if error is not None:
+                raise error
+        for _ in batches:
+            self._accumulator.batch_written(topic, table.num_partitions)
+        return pending
+
+    def _submit_put(self, path: str, data: bytes, deadline: float) -> Future[None]:
+        """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
+        self._accumulator.add_memory(len(data))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(SEGMENT_PUTS, thread_name_prefix="txntable-put")
+        store = self._metadata.store
+
+        def put() -> None:
+            try:
+                self._retries.delivery(
+                    lambda: store.put_data_file(path, data), remaining_ms(deadline)
+                )
+            finally:
+                self._accumulator.release(len(data))
+
+        return self._pool.submit(put)
+
+    def write_transaction(self, by_table: Round) -> dict[str, tuple[PendingBatch, ...]]:
+        """Write the segments of a whole transaction drained for the short path (on the
+        caller's thread); their commit is the transaction manager's. Frees the round.
+
+        Raises:
+            TxnTableError: A segment could not be written; every batch fails with it and
+                the transaction can only be aborted.
+        """
+        batches = [b for items in by_table.values() for b in items]
+        try:
+            deadline = self._retries.delivery_deadline()
+            return {
+                t: tuple(self.write_segments(t, items, deadline)) for t, items in by_table.items()
+            }
+        except Exception as e:
+            error = InternalError.wrap(e)
+            for batch in batches:
+                batch.fail(error)
+            self._txn.fail(error, fatal=isinstance(error, ProducerFencedError))
+            if error is e:
+                raise
+            raise error from e
+        except BaseException as e:
+            for batch in batches:
+                batch.fail(e)
+            raise
+        finally:
+            self._accumulator.round_done(batches)
