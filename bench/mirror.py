@@ -1,4 +1,4 @@
-"""The Delta mirror: publish cost per commit, and a reader's cold start at many versions.
+"""The mirrors: publish cost per commit, and a reader's cold start at many versions.
 
 One writer commits ``--versions`` small batches to a table (``--partitions`` partitions),
 publishing the mirror after every commit (the worst case: the background publisher
@@ -9,12 +9,17 @@ coalesces to one per ``mirror.interval.ms``). Reported:
 * cold start of a reader of the mirror (delta-rs ``DeltaTable`` + ``to_pyarrow_table``,
   Polars ``scan_delta``, DuckDB ``delta_scan``) against a plain delta-rs table holding the
   same rows written in the same number of commits (``write_deltalake`` appends): the ratio
-  mirror / plain is what publishing through txntable costs a reader.
+  mirror / plain is what publishing through txntable costs a reader;
+* with ``--iceberg`` (the default), the same for the Iceberg mirror published beside it
+  after every commit: requests and bytes per commit (metadata file, manifest list,
+  manifests), and the cold start of pyiceberg (``StaticTable`` scan), Polars
+  ``scan_iceberg`` and DuckDB ``iceberg_scan`` on it against the Delta mirror's readers.
 
 Local disk (a tmpfs if ``--dir`` is one): request counts are what S3 would see; times
 measure the protocol and the readers, not network latency.
 
     python bench/mirror.py --versions 10000
+    python bench/mirror.py --versions 2000 --no-iceberg
 """
 
 from __future__ import annotations
@@ -72,6 +77,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=10, help="records per commit")
     default_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
     ap.add_argument("--dir", default=default_dir)
+    ap.add_argument("--iceberg", action=argparse.BooleanOptionalAction, default=True,
+                    help="also publish and read the Iceberg mirror")
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(dir=args.dir)
@@ -81,6 +88,13 @@ def main() -> None:
     wh = Warehouse(store=commit_store, group_commit=False)
     table = wh.create_table("t", partitions=args.partitions)
     publisher = MirrorPublisher(publish_store, "t")
+    iceberg_store = ByteCounting(local)
+    iceberg = None
+    if args.iceberg:
+        from txntable.mirror.iceberg import IcebergPublisher
+
+        iceberg = IcebergPublisher(iceberg_store, "t")
+    iceberg_s = 0.0
     plain_dir = f"{root}/plain"
     commit_s = publish_s = 0.0
     per_publish: Counter[str] = Counter()
@@ -99,6 +113,9 @@ def main() -> None:
         t1 = time.perf_counter()
         publisher.publish()
         t2 = time.perf_counter()
+        if iceberg is not None:
+            iceberg.publish()
+        iceberg_s += time.perf_counter() - t2
         commit_s += t1 - t0
         publish_s += t2 - t1
     per_publish.update(publish_store.counts)
@@ -116,6 +133,13 @@ def main() -> None:
         + f" per commit; {publish_store.bytes_put / n:,.0f} B put (Delta commit, "
         f"checkpoints); {publish_s / n * 1e3:.2f} ms"
     )
+    if iceberg is not None:
+        print(
+            "iceberg: "
+            + ", ".join(f"{k} {c / n:.2f}" for k, c in sorted(iceberg_store.counts.items()))
+            + f" per commit; {iceberg_store.bytes_put / n:,.0f} B put (metadata, manifest "
+            f"list, manifests); {iceberg_s / n * 1e3:.2f} ms"
+        )
 
     # The same rows as a plain delta-rs table, one append per commit.
     from deltalake import DeltaTable, write_deltalake
@@ -162,6 +186,46 @@ def main() -> None:
         p = timed(lambda r=read: r(plain_dir))
         print(f"cold start {name:8}: mirror {m * 1e3:8.1f} ms, plain delta-rs table "
               f"{p * 1e3:8.1f} ms, ratio {m / p:.2f}")
+    if iceberg is not None:
+        cold_iceberg(mirror, expected, readers)
+
+
+def cold_iceberg(mirror: str, expected: int, delta_readers: dict) -> None:  # type: ignore[type-arg]
+    """Cold start of three Iceberg readers on the Iceberg mirror, next to the Delta mirror's."""
+    import duckdb
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+    import polars as pl
+    from pyiceberg.table import StaticTable
+
+    os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    with open(f"{mirror}/metadata/version-hint.text") as f:
+        version = int(f.read())
+    metadata = f"{mirror}/metadata/v{version}.metadata.json"
+    exts = [
+        os.path.join(os.path.dirname(m.__file__ or ""), "extensions", f"v{duckdb.__version__}",
+                     f"{name}.duckdb_extension")
+        for m, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg"))
+    ]
+
+    def duck(_path: str) -> None:
+        con = duckdb.connect()
+        for ext in exts:
+            con.execute(f"LOAD '{ext}'")
+        con.execute(f"SELECT count(*) FROM iceberg_scan('{metadata}')").fetchall()
+
+    assert StaticTable.from_metadata(metadata).scan().to_arrow().num_rows == expected
+    readers = {
+        "pyiceberg": lambda _p: StaticTable.from_metadata(metadata).scan().to_arrow(),
+        "polars": lambda _p: pl.scan_iceberg(metadata).select(pl.len()).collect(),
+        "duckdb": duck,
+    }
+    delta = {"pyiceberg": "delta-rs", "polars": "polars", "duckdb": "duckdb"}
+    for name, read in readers.items():
+        i = timed(lambda r=read: r(mirror))
+        d = timed(lambda r=delta_readers[delta[name]]: r(mirror))
+        print(f"cold start {name:9}: iceberg mirror {i * 1e3:8.1f} ms, delta mirror "
+              f"({delta[name]}) {d * 1e3:8.1f} ms, ratio {i / d:.2f}")
 
 
 if __name__ == "__main__":

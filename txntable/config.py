@@ -92,6 +92,10 @@ MAINTENANCE_MERGE_MIN_ENTRIES_DEFAULT = 1000
 #: txntable.mirror): writers publish in the background after their commits.
 MIRROR_DELTA = "mirror.delta"
 MIRROR_DELTA_DEFAULT = "false"
+#: Publish an Iceberg (format v2) mirror of read_committed at ``<table>/metadata/`` (needs
+#: pyiceberg: the ``txntable[iceberg]`` extra), in the background like ``mirror.delta``.
+MIRROR_ICEBERG = "mirror.iceberg"
+MIRROR_ICEBERG_DEFAULT = "false"
 #: At most one background publish per this many ms (-1: only on demand).
 MIRROR_INTERVAL_MS = "mirror.interval.ms"
 MIRROR_INTERVAL_MS_DEFAULT = 1000
@@ -422,10 +426,16 @@ TABLE_CONFIG: dict[str, TableConfigKey] = {
             "publish a Delta Lake mirror of read_committed in <table>/_delta_log/",
         ),
         TableConfigKey(
+            MIRROR_ICEBERG,
+            MIRROR_ICEBERG_DEFAULT,
+            _parse_bool,
+            "publish an Iceberg mirror of read_committed in <table>/metadata/",
+        ),
+        TableConfigKey(
             MIRROR_INTERVAL_MS,
             str(MIRROR_INTERVAL_MS_DEFAULT),
             _parse_int_at_least(-1),
-            "at most one background publish of the Delta mirror per this many ms (-1 never)",
+            "at most one background publish of the mirrors per this many ms (-1 never)",
         ),
     )
 }

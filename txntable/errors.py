@@ -90,13 +90,20 @@ class CommitConflictError(TxnTableError):
 
 
 class MirrorConflictError(TxnTableError):
-    """The table's Delta mirror (``_delta_log/``) holds a commit no txntable publisher of
-    this table wrote (a foreign writer), or belongs to another table: publishing stops."""
+    """The table's Delta mirror (``_delta_log/``) holds a commit, or its Iceberg mirror
+    (``metadata/``) a snapshot, that no txntable publisher of this table wrote (a foreign
+    writer), or belongs to another table: publishing stops."""
 
 
 class MirrorUnsupportedError(TxnTableError):
-    """The table cannot be mirrored as Delta reader 1 / writer 2 (a column type or a schema
-    change that needs a newer Delta protocol, a segment outside the table's directory)."""
+    """The table cannot be mirrored as Delta reader 1 / writer 2 or Iceberg format v2 (a
+    column type or a schema change that needs a newer protocol, a segment outside the
+    table's directory)."""
+
+
+class MirrorDependencyError(MirrorUnsupportedError):
+    """Publishing the Iceberg mirror needs pyiceberg, which is not installed
+    (``pip install 'txntable[iceberg]'``)."""
 
 
 class SchemaMismatchError(TxnTableError):

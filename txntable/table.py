@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from txntable.maintenance.retention import ExpiryReport, RetentionReport
     from txntable.maintenance.vacuum import VacuumReport
     from txntable.maintenance.verify import VerifyReport
-    from txntable.mirror.publisher import AutoPublisher, MirrorPublisher, PublishReport
+    from txntable.mirror.publisher import AutoPublisher, MirrorPublishers, PublishReport
     from txntable.protocol.sequencing import Operation
     from txntable.read.scan import Offsets, TableScan
     from txntable.txn.recovery import StuckTransactionFinisher
@@ -132,17 +132,31 @@ def checkpoint_interval(configuration: Mapping[str, str]) -> int:
     return value
 
 
+def mirror_formats(configuration: Mapping[str, str]) -> tuple[str, ...]:
+    """The mirror formats the table's configuration turns on (``mirror.delta``,
+    ``mirror.iceberg``); a malformed value written by another client: off, with a warning."""
+    out = []
+    for fmt, key in (("delta", config.MIRROR_DELTA), ("iceberg", config.MIRROR_ICEBERG)):
+        try:
+            on = config.table_setting(configuration, key)
+        except InvalidConfigurationError as e:
+            _log.warning("%s mirror off: %s", fmt, e)
+            continue
+        if on:
+            out.append(fmt)
+    return tuple(out)
+
+
 def mirror_interval(configuration: Mapping[str, str]) -> int | None:
-    """Background publish interval of the Delta mirror, ``None`` when off or on demand only
-    (a malformed value written by another client: off, with a warning)."""
+    """Background publish interval of the mirrors, ``None`` when none is on or they publish
+    on demand only (a malformed value written by another client: off, with a warning)."""
     try:
-        on = config.table_setting(configuration, config.MIRROR_DELTA)
         interval = config.table_setting(configuration, config.MIRROR_INTERVAL_MS)
     except InvalidConfigurationError as e:
-        _log.warning("Delta mirror off: %s", e)
+        _log.warning("mirrors off: %s", e)
         return None
     assert isinstance(interval, int)
-    return interval if on and interval >= 0 else None
+    return interval if mirror_formats(configuration) and interval >= 0 else None
 
 
 def plan_delete_records(
@@ -191,10 +205,12 @@ class Table:
         cfg = group_commit or GroupCommitConfig()
         #: Commits of this handle (group commit), or ``None``: each commit races alone.
         self.group_commit: GroupCommit | None = GroupCommit(self, cfg) if cfg.enabled else None
-        #: The Delta mirror: background publishes after commits (``mirror.delta``), every
-        #: ``mirror_interval_ms`` at most; ``None`` when off or only on demand.
+        #: The mirrors: background publishes after commits (``mirror.delta``,
+        #: ``mirror.iceberg``), every ``mirror_interval_ms`` at most; ``None`` when off or
+        #: only on demand.
         self.mirror_interval_ms: int | None = None
-        self._publisher: MirrorPublisher | None = None
+        self.mirror_formats: tuple[str, ...] = ()
+        self._publishers: dict[tuple[str, ...], MirrorPublishers] = {}
         self._auto_publisher: AutoPublisher | None = None
         self._mirror_mark: tuple[tuple[int, int, int], ...] = ()
 
@@ -229,6 +245,7 @@ class Table:
             _log.warning("table %s: %s; using %d", self.name, e, config.CHECKPOINT_INTERVAL_DEFAULT)
             self.log.checkpoint_interval = config.CHECKPOINT_INTERVAL_DEFAULT
         self.mirror_interval_ms = mirror_interval(snap.metadata.configuration)
+        self.mirror_formats = mirror_formats(snap.metadata.configuration)
 
     def finish_decided_transactions(
         self, now: int | None = None, once_per_ms: int | None = None
@@ -535,27 +552,42 @@ class Table:
             return
         self._mirror_mark = mark
         if self._auto_publisher is None:
-            from txntable.mirror.publisher import AutoPublisher, MirrorPublisher
+            from txntable.mirror.publisher import AutoPublisher, MirrorPublishers
 
+            formats = self.mirror_formats
             self._auto_publisher = AutoPublisher(
-                lambda: MirrorPublisher(self.store, self.name), self.mirror_interval_ms
+                lambda: MirrorPublishers(self.store, self.name, formats), self.mirror_interval_ms
             )
         self._auto_publisher.hint()
 
-    def publish(self) -> PublishReport:
-        """Publish the Delta Lake mirror of read_committed at the table's newest version
-        (``<table>/_delta_log/``, readable by Spark, Trino, delta-rs, DuckDB and Polars), on
-        demand, whether or not ``mirror.delta`` is on. See :mod:`txntable.mirror`.
+    def publish(self, formats: Sequence[str] | None = None) -> PublishReport:
+        """Publish the mirrors of read_committed at the table's newest version, on demand.
+
+        ``formats``: ``"delta"`` (``<table>/_delta_log/``, readable by Spark, Trino,
+        delta-rs, DuckDB and Polars) and/or ``"iceberg"`` (``<table>/metadata/``, format v2,
+        needs the ``txntable[iceberg]`` extra). By default Delta, whether or not
+        ``mirror.delta`` is on, and Iceberg if ``mirror.iceberg`` is on. The report is
+        Delta's, with Iceberg's as ``report.iceberg``. See :mod:`txntable.mirror`.
 
         Raises:
-            MirrorConflictError: The mirror holds a commit no publisher of this table wrote.
-            MirrorUnsupportedError: The table cannot be mirrored as Delta reader 1.
+            MirrorConflictError: A mirror holds a commit no publisher of this table wrote.
+            MirrorUnsupportedError: The table cannot be mirrored in a format asked for
+                (:class:`~txntable.errors.MirrorDependencyError`: pyiceberg is missing).
+            InvalidConfigurationError: An unknown format.
         """
-        if self._publisher is None:
-            from txntable.mirror.publisher import MirrorPublisher
+        if formats is None:
+            snap = self.snapshot()  # the configuration in force now
+            assert snap.metadata is not None
+            enabled = mirror_formats(snap.metadata.configuration)
+            chosen = ("delta", *(f for f in enabled if f != "delta"))
+        else:
+            chosen = tuple(dict.fromkeys(formats))
+        publishers = self._publishers.get(chosen)
+        if publishers is None:
+            from txntable.mirror.publisher import MirrorPublishers
 
-            self._publisher = MirrorPublisher(self.store, self.name)
-        return self._publisher.publish()
+            publishers = self._publishers[chosen] = MirrorPublishers(self.store, self.name, chosen)
+        return publishers.publish()
 
     def wait_for_mirror(self, timeout: float | None = None) -> None:
         """Wait for this handle's background publishes to finish (tests, shutdown)."""

@@ -101,3 +101,73 @@ def write_batch(table: Table, partition: int, values: list[bytes]) -> int:
     batch = PendingBatch(partition, path, len(values), len(data), min_timestamp=1_000,
                          max_timestamp=1_000 + len(values) - 1)
     return table.append([batch])[1]
+
+
+# --- the Iceberg mirror ---------------------------------------------------------------------
+
+
+def iceberg_metadata(path: str, version: int | None = None) -> str:
+    """The newest (or ``version``'s) metadata file of the Iceberg mirror at ``path``."""
+    if version is None:
+        with open(f"{path}/metadata/version-hint.text") as f:
+            version = int(f.read())
+        while os.path.exists(f"{path}/metadata/v{version + 1}.metadata.json"):
+            version += 1  # the hint may lag the commit
+    return f"{path}/metadata/v{version}.metadata.json"
+
+
+def read_pyiceberg(path: str, version: int | None = None, value: str = "value") -> Counter[Row]:
+    """The Iceberg mirror through pyiceberg's ``StaticTable`` (a metadata version: time
+    travel to an older snapshot)."""
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(iceberg_metadata(path, version))
+    return rows_of(table.scan().to_arrow(), value)
+
+
+def read_pyiceberg_snapshot(path: str, snapshot_id: int, value: str = "value") -> Counter[Row]:
+    """An older snapshot of the newest metadata (Iceberg's own time travel)."""
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(iceberg_metadata(path))
+    return rows_of(table.scan(snapshot_id=snapshot_id).to_arrow(), value)
+
+
+def read_polars_iceberg(path: str, value: str = "value") -> Counter[Row]:
+    """The Iceberg mirror through Polars' ``scan_iceberg`` (planned by pyiceberg)."""
+    import polars as pl
+
+    os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    frame = pl.scan_iceberg(iceberg_metadata(path)).collect()
+    return rows_of(frame.to_arrow(), value)
+
+
+def duckdb_iceberg_connection() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the iceberg extension and the avro extension it needs, both
+    from their wheels (offline: it would download avro otherwise)."""
+    import duckdb_extension_avro
+    import duckdb_extension_iceberg
+
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+        ext = os.path.join(
+            os.path.dirname(module.__file__ or ""),
+            "extensions",
+            f"v{duckdb.__version__}",
+            f"{name}.duckdb_extension",
+        )
+        con.execute(f"LOAD '{ext}'")
+    return con
+
+
+def read_duckdb_iceberg(
+    con: duckdb.DuckDBPyConnection, path: str, value: str = "value"
+) -> Counter[Row]:
+    """The Iceberg mirror through DuckDB's ``iceberg_scan`` of the table directory (it
+    follows ``version-hint.text``)."""
+    t = con.execute(
+        f'SELECT "partition", "offset", "{value}" FROM iceberg_scan(\'{path}\')'
+    ).to_arrow_table()
+    return rows_of(t, value)

@@ -136,15 +136,25 @@ def compact(
 @click.command()
 @warehouse_argument
 @click.argument("table")
+@click.option(
+    "--format",
+    "formats",
+    type=click.Choice(["delta", "iceberg"]),
+    multiple=True,
+    help="Mirror format to publish (repeatable). Default: Delta, and Iceberg if the table's "
+    "mirror.iceberg is on.",
+)
 @json_option
-def publish(warehouse: str, options: dict[str, str], table: str) -> None:
-    """Publish TABLE's Delta Lake mirror of read_committed (<table>/_delta_log/) now.
+def publish(warehouse: str, options: dict[str, str], table: str, formats: tuple[str, ...]) -> None:
+    """Publish TABLE's mirrors of read_committed now: Delta Lake (<table>/_delta_log/) and
+    Iceberg (<table>/metadata/; needs txntable[iceberg]).
 
     \b
     Example:
       txntable publish lake orders
+      txntable publish lake orders --format iceberg
     """
-    report = open_warehouse(warehouse, options).table(table).publish()
+    report = open_warehouse(warehouse, options).table(table).publish(formats or None)
     output().published(table, report)
 
 

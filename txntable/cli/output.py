@@ -707,12 +707,19 @@ class TextOutput(Output):
         )
 
     def published(self, table: str, report: PublishReport) -> None:
-        if report.delta_version is None:
+        ice = report.iceberg
+        if report.delta_version is None and (ice is None or ice.metadata_version is None):
             self.line(f"Mirror of {table} is up to date with version {report.txntable_version}")
-        else:
+            return
+        if report.delta_version is not None:
             self.line(
                 f"Published {table} version {report.txntable_version} as Delta version "
                 f"{report.delta_version} (+{report.added} -{report.removed} files)"
+            )
+        if ice is not None and ice.metadata_version is not None:
+            self.line(
+                f"Published {table} version {ice.txntable_version} as Iceberg metadata "
+                f"v{ice.metadata_version} (+{ice.added} -{ice.removed} files)"
             )
 
     def retained(self, table: str, report: RetentionReport) -> None:

@@ -23,6 +23,7 @@ from txntable import config
 from txntable.errors import CorruptLogError, InvalidConfigurationError, ObjectNotFoundError
 from txntable.layout import data_dir, intents_prefix, segment_created_ms
 from txntable.log.log import Log
+from txntable.mirror.iceberg import iceberg_referenced_keys
 from txntable.mirror.publisher import mirror_referenced_keys
 from txntable.protocol.actions import CommitInfo, Marker
 from txntable.protocol.sequencing import AppendOp, Intent
@@ -93,9 +94,13 @@ def vacuum(
         referenced |= referenced_paths(table.log.load(oldest))
     referenced |= _intent_paths(table)
     # Files the Delta mirror lists, or removed from it within the period: readers of the
-    # mirror (pinned to an older mirror version too) never lose a file under them.
+    # mirror (pinned to an older mirror version too) never lose a file under them. The same
+    # for the Iceberg mirror: files of its snapshots replaced within the period.
     assert snap.metadata is not None
     referenced |= mirror_referenced_keys(
+        table.store, table.name, snap.metadata.tableId, clock - retention_ms
+    )
+    referenced |= iceberg_referenced_keys(
         table.store, table.name, snap.metadata.tableId, clock - retention_ms
     )
     report = VacuumReport(referenced=len(referenced))

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
@@ -51,7 +52,13 @@ from txntable.protocol.snapshot import TableSnapshot
 from txntable.storage.base import Store
 from txntable.util import now_ms
 
+if TYPE_CHECKING:
+    from txntable.mirror.iceberg import IcebergPublisher, IcebergPublishReport
+
 _log = logging.getLogger(__name__)
+
+#: The mirror formats a publish can write.
+FORMATS = ("delta", "iceberg")
 
 #: Delta versions between classic checkpoints (Spark's ``delta.checkpointInterval``),
 #: spaced further apart as the mirror lists more files (see ``checkpoint_due``).
@@ -82,8 +89,9 @@ def last_checkpoint_key(table: str) -> str:
 
 @dataclass
 class PublishReport:
-    """What a publish did. ``delta_version`` is ``None`` when nothing was written:
-    the mirror already showed the table at ``txntable_version`` (or a later version)."""
+    """What a publish did. ``delta_version`` is ``None`` when nothing was written to the
+    Delta mirror: it already showed the table at ``txntable_version`` (or a later version),
+    or the publish left Delta out. ``iceberg``: the Iceberg mirror's publish, if any."""
 
     txntable_version: int
     delta_version: int | None = None
@@ -92,6 +100,7 @@ class PublishReport:
     bytes_written: int = 0
     checkpoint: bool = False
     conflicts: int = 0
+    iceberg: IcebergPublishReport | None = None
 
 
 def read_commit(store: Store, table: str, version: int) -> list[dict[str, object]] | None:
@@ -182,6 +191,26 @@ def mirror_referenced_keys(store: Store, table: str, table_id: str, since_ms: in
     if next(iter(store.list(delta_log_dir(table))), None) is None:
         return set()
     return load_state(store, table, table_id).referenced_keys(table, since_ms)
+
+
+def first_record_offset(store: Store, segment: Segment, cache: dict[str, int]) -> int:
+    """First record offset of a merged segment (its ``offset`` column's statistics, or the
+    column itself); files are immutable, so ``cache`` keeps it by path."""
+    cached = cache.get(segment.path)
+    if cached is not None:
+        return cached
+    try:
+        f = pq.ParquetFile(io.BytesIO(store.get_data_file(segment.path)))
+    except ObjectNotFoundError:
+        return segment.baseOffset  # gone: readers fail on it too; do not list it
+    index = f.schema_arrow.get_field_index(OFFSET_COLUMN)
+    stats = [f.metadata.row_group(i).column(index).statistics for i in range(f.num_row_groups)]
+    if stats and all(s is not None and s.has_min_max for s in stats):
+        first = min(int(s.min) for s in stats if s is not None)
+    else:
+        first = int(min(f.read(columns=[OFFSET_COLUMN]).column(0).to_pylist()))
+    cache[segment.path] = first
+    return first
 
 
 class MirrorPublisher:
@@ -283,23 +312,7 @@ class MirrorPublisher:
         return True
 
     def _first_offset(self, segment: Segment) -> int:
-        """First record offset of a merged segment (its ``offset`` column's statistics, or
-        the column itself); files are immutable, so it is read once."""
-        cached = self._first_offsets.get(segment.path)
-        if cached is not None:
-            return cached
-        try:
-            f = pq.ParquetFile(io.BytesIO(self.store.get_data_file(segment.path)))
-        except ObjectNotFoundError:
-            return segment.baseOffset  # gone: readers fail on it too; do not list it
-        index = f.schema_arrow.get_field_index(OFFSET_COLUMN)
-        stats = [f.metadata.row_group(i).column(index).statistics for i in range(f.num_row_groups)]
-        if stats and all(s is not None and s.has_min_max for s in stats):
-            first = min(int(s.min) for s in stats if s is not None)
-        else:
-            first = int(min(f.read(columns=[OFFSET_COLUMN]).column(0).to_pylist()))
-        self._first_offsets[segment.path] = first
-        return first
+        return first_record_offset(self.store, segment, self._first_offsets)
 
     def _checkpoint(self, state: MirrorState, snap: TableSnapshot) -> bool:
         """Write the classic checkpoint of ``state``, then ``_last_checkpoint``. A failure is
@@ -331,16 +344,73 @@ class MirrorPublisher:
         return True
 
 
+class MirrorPublishers:
+    """The publishers of the mirror formats ``formats`` of one table, published together:
+    Delta first, then Iceberg. A failing format does not keep the others from publishing;
+    its error is raised after them."""
+
+    def __init__(
+        self, store: Store, name: str, formats: tuple[str, ...], clock: Callable[[], int] = now_ms
+    ) -> None:
+        unknown = [f for f in formats if f not in FORMATS]
+        if unknown or not formats:
+            raise InvalidConfigurationError(
+                f"mirror formats {list(formats)}: choose among {', '.join(FORMATS)}"
+            )
+        self.store = store
+        self.name = name
+        self.clock = clock
+        self.formats = formats
+        self.delta: MirrorPublisher | None = None
+        self.iceberg: IcebergPublisher | None = None
+        self._lock = threading.Lock()
+
+    def publish(self) -> PublishReport:
+        """Publish every format; the report is Delta's with Iceberg's as ``iceberg``.
+
+        Raises:
+            MirrorConflictError, MirrorUnsupportedError, CommitConflictError: From the first
+                format that failed (the others published).
+        """
+        with self._lock:
+            report: PublishReport | None = None
+            iceberg: IcebergPublishReport | None = None
+            failure: Exception | None = None
+            if "delta" in self.formats:
+                if self.delta is None:
+                    self.delta = MirrorPublisher(self.store, self.name, self.clock)
+                try:
+                    report = self.delta.publish()
+                except Exception as e:  # noqa: BLE001 - raised below, after the other formats
+                    failure = e
+            if "iceberg" in self.formats:
+                try:
+                    if self.iceberg is None:
+                        from txntable.mirror.iceberg import IcebergPublisher
+
+                        self.iceberg = IcebergPublisher(self.store, self.name, self.clock)
+                    iceberg = self.iceberg.publish()
+                except Exception as e:  # noqa: BLE001 - raised below
+                    failure = failure or e
+            if failure is not None:
+                raise failure
+            if report is None:
+                assert iceberg is not None
+                report = PublishReport(iceberg.txntable_version)
+            report.iceberg = iceberg
+            return report
+
+
 class AutoPublisher:
     """Coalesces "the committed view changed" hints into background publishes: at most one
     per ``interval_ms``, in a thread that ends when idle. A failed publish is logged (the
     mirror may lag the log, never lead it) and retried at the next hint."""
 
     def __init__(
-        self, open_publisher: Callable[[], MirrorPublisher], interval_ms: int
+        self, open_publisher: Callable[[], MirrorPublisher | MirrorPublishers], interval_ms: int
     ) -> None:
         self._open_publisher = open_publisher
-        self._publisher: MirrorPublisher | None = None
+        self._publisher: MirrorPublisher | MirrorPublishers | None = None
         self.interval_ms = interval_ms
         self._wanted = threading.Event()
         self._thread: threading.Thread | None = None
@@ -375,10 +445,10 @@ class AutoPublisher:
                 self.last_error = None
             except MirrorConflictError as e:
                 self.last_error = e
-                _log.error("Delta mirror of %s: %s", self._publisher_name(), e)
+                _log.error("mirror of %s: %s", self._publisher_name(), e)
             except Exception as e:  # noqa: BLE001 - background work: never kill the writer
                 self.last_error = e
-                _log.exception("background publish of the Delta mirror failed")
+                _log.exception("background publish of the mirror failed")
         with self._lock:
             self._thread = None
 

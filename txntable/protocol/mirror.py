@@ -386,19 +386,29 @@ class PublishPlan:
         return bool(self.added or self.removed or self.metadata_changed)
 
 
+@dataclass
+class FilePlan:
+    """What a publish of any mirror format changes: files to add and remove (each with its
+    ``dataChange``) and where it leaves each partition."""
 
-def plan_publish(
+    adds: list[tuple[MirrorFile, bool]]
+    removes: list[tuple[MirrorFile, bool]]
+    cursors: dict[int, PartitionCursor]
+
+
+def plan_files(
     snap: TableSnapshot,
-    state: MirrorState,
+    listed_by_partition: Mapping[int, Mapping[str, MirrorFile]],
     cursors: Mapping[int, PartitionCursor] | None,
     now: int,
     first_offset: Callable[[Segment], int] | None = None,
     created_ms: Callable[[str], int | None] = lambda _path: None,
-) -> PublishPlan:
-    """The Delta commit that brings the mirror (``state``) to the published set at ``snap``.
+) -> FilePlan:
+    """The files that bring a mirror listing ``listed_by_partition`` to the published set
+    at ``snap`` (the format-independent part of a publish: Delta and Iceberg share it).
 
     ``cursors``: where this publisher left each partition, valid only for the snapshot
-    object the previous plan was made from and for ``state`` being that plan's result
+    object the previous plan was made from and for the listing being that plan's result
     (``None``: compute every partition in full, which also repairs any difference with
     what the mirror lists). A full computation is O(entries) of the partition; an
     incremental one, taken when nothing below the previous LSO changed (same log start,
@@ -409,18 +419,10 @@ def plan_publish(
     files; retention and compaction remove with ``dataChange`` true.
 
     Raises:
-        MirrorUnsupportedError: The table cannot be mirrored (see :func:`delta_schema`,
-            :func:`relative_path`), or its schema changed in a way reader 1 cannot read.
+        MirrorUnsupportedError: A segment outside the table's directory.
     """
     assert snap.metadata is not None
     table = snap.metadata.name
-    meta = metadata_action(snap.metadata)
-    metadata_changed = state.metadata is None or any(
-        state.metadata.get(k) != meta["metaData"][k] for k in ("schemaString", "id")
-    )
-    if state.metadata is not None and metadata_changed:
-        check_schema_change(state.metadata, meta["metaData"])
-    by_partition = state.files_by_partition()
     adds: list[tuple[MirrorFile, bool]] = []
     removes: list[tuple[MirrorFile, bool]] = []
     new_cursors: dict[int, PartitionCursor] = {}
@@ -430,7 +432,7 @@ def plan_publish(
 
     for part in snap.partitions:
         p = part.partition
-        listed = by_partition.get(p, {})
+        listed = listed_by_partition.get(p, {})
         old = (cursors or {}).get(p)
         new_cursors[p] = cursor_of(part)
         if old is not None and (old.log_start, old.rewrites) == (
@@ -446,6 +448,33 @@ def plan_publish(
         part_adds, part_removes = diff_partition(listed, [mirror_file(e) for e in wanted])
         adds += part_adds
         removes += part_removes
+    return FilePlan(adds, removes, new_cursors)
+
+
+def plan_publish(
+    snap: TableSnapshot,
+    state: MirrorState,
+    cursors: Mapping[int, PartitionCursor] | None,
+    now: int,
+    first_offset: Callable[[Segment], int] | None = None,
+    created_ms: Callable[[str], int | None] = lambda _path: None,
+) -> PublishPlan:
+    """The Delta commit that brings the mirror (``state``) to the published set at ``snap``
+    (the files: :func:`plan_files`).
+
+    Raises:
+        MirrorUnsupportedError: The table cannot be mirrored (see :func:`delta_schema`,
+            :func:`relative_path`), or its schema changed in a way reader 1 cannot read.
+    """
+    assert snap.metadata is not None
+    meta = metadata_action(snap.metadata)
+    metadata_changed = state.metadata is None or any(
+        state.metadata.get(k) != meta["metaData"][k] for k in ("schemaString", "id")
+    )
+    if state.metadata is not None and metadata_changed:
+        check_schema_change(state.metadata, meta["metaData"])
+    files = plan_files(snap, state.files_by_partition(), cursors, now, first_offset, created_ms)
+    adds, removes = files.adds, files.removes
     actions: list[dict[str, Any]] = []
     if state.version < 0:
         actions.append(PROTOCOL_ACTION)
@@ -461,7 +490,7 @@ def plan_publish(
         actions,
         [f for f, _ in adds],
         [f for f, _ in removes],
-        new_cursors,
+        files.cursors,
         metadata_changed,
     )
 
