@@ -591,9 +591,11 @@ def check_workers(r: Report, h: History, final: Final) -> None:
             if not successor:
                 continue  # killed before it initialised: nothing fenced the zombie
             fenced_at = successor[0]
-            # A zombie that initialised again after its successor owns the id again.
+            # A zombie that initialised again after its successor owns the id again (its
+            # journal's times are rounded to the millisecond: an init and the decision of
+            # its first transaction can share one).
             again = h.inits.get(f"{z.journal}/{tid}", ())
-            retook = any(fenced_at < t < txn.decided_at for t in again)
+            retook = any(fenced_at < t <= txn.decided_at for t in again)
             if txn.decided_at > fenced_at and not retook:
                 r.add(
                     "zombie_commit",
