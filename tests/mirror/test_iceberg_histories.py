@@ -10,9 +10,7 @@ with pyiceberg, and a publisher starting from nothing finds nothing to write.
 from __future__ import annotations
 
 import os
-import random
 import tempfile
-import uuid
 from collections.abc import Iterator
 
 import duckdb
@@ -24,25 +22,16 @@ from mirrorutil import (
     read_polars_iceberg,
     read_pyiceberg,
 )
-from test_mirror_histories import History, check
+from test_mirror_histories import check, new_history
 
-from txntable import Warehouse
 from txntable.mirror.iceberg import IcebergPublisher
 
 pytestmark = pytest.mark.slow
 
 
 def run(tmp: str, seed: int, steps: int, deep: bool, con: duckdb.DuckDBPyConnection) -> None:
-    rng = random.Random(seed)
-    wh = Warehouse(f"file://{tmp}/lake-{seed}", group_commit=rng.random() < 0.5)
-    name = f"t{uuid.uuid4().hex[:6]}"
-    table = wh.create_table(
-        name,
-        partitions=rng.randint(1, 4),
-        configuration={"cleanup.policy": "compact,delete"},
-    )
-    history = History(table, rng)
-    path = f"{tmp}/lake-{seed}/{name}"
+    history, path = new_history(tmp, seed)
+    table = history.table
     published: dict[int, int] = {}  # metadata version -> txntable version
     for _ in range(steps):
         history.step()
@@ -61,7 +50,7 @@ def run(tmp: str, seed: int, steps: int, deep: bool, con: duckdb.DuckDBPyConnect
             check(read_pyiceberg(path, metadata_version), committed(table, version),
                   f"seed {seed} pyiceberg at metadata v{metadata_version}")
     # A publisher starting from nothing lists exactly what the incremental one did.
-    assert IcebergPublisher(wh.store, name).publish().metadata_version is None
+    assert IcebergPublisher(table.store, table.name).publish().metadata_version is None
 
 
 @pytest.fixture(scope="module")

@@ -120,7 +120,8 @@ def check(mirror: Counter, expected: Counter, where: str) -> None:
     assert got == want, where
 
 
-def run(tmp: str, seed: int, steps: int, deep: bool, con: object) -> None:
+def new_history(tmp: str, seed: int) -> tuple[History, str]:
+    """A fresh table for seed ``seed`` under ``tmp`` and its history; the table's path."""
     rng = random.Random(seed)
     wh = Warehouse(f"file://{tmp}/lake-{seed}", group_commit=rng.random() < 0.5)
     name = f"t{uuid.uuid4().hex[:6]}"
@@ -130,8 +131,12 @@ def run(tmp: str, seed: int, steps: int, deep: bool, con: object) -> None:
         # Histories compact and delete records: the table allows both.
         configuration={"cleanup.policy": "compact,delete"},
     )
-    history = History(table, rng)
-    path = f"{tmp}/lake-{seed}/{name}"
+    return History(table, rng), f"{tmp}/lake-{seed}/{name}"
+
+
+def run(tmp: str, seed: int, steps: int, deep: bool, con: object) -> None:
+    history, path = new_history(tmp, seed)
+    table = history.table
     published: dict[int, int] = {}  # Delta version -> txntable version
     for _ in range(steps):
         history.step()
@@ -152,7 +157,7 @@ def run(tmp: str, seed: int, steps: int, deep: bool, con: object) -> None:
             check(read_polars(path, delta_version), committed(table, version),
                   f"seed {seed} polars at Delta version {delta_version}")
     # A publisher starting from nothing lists exactly what the incremental one did.
-    rebuilt = Warehouse(f"file://{tmp}/lake-{seed}").table(name)
+    rebuilt = Warehouse(f"file://{tmp}/lake-{seed}").table(table.name)
     assert rebuilt.publish().delta_version is None
 
 
