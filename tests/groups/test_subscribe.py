@@ -89,6 +89,23 @@ def _settle(consumers: list[Consumer], wh: Warehouse, rounds: int = 50) -> None:
     raise AssertionError(f"group did not settle: {load_group(wh.store, 'g')[0]}")
 
 
+def _take_over_from(a: Consumer, wh: Warehouse) -> Consumer:
+    """``a`` stops heartbeating (as if SIGSTOPped); a new member b joins, a's session
+    expires and b takes every partition. Returns b."""
+    assert a._subscription is not None
+    a._subscription.stop_heartbeat()
+    b = _consumer(wh)
+    b.subscribe([T])
+    time.sleep(1.6)
+    for _ in range(20):
+        b.poll(0, max_records=1)
+        if b.assignment() == ALL:
+            break
+        time.sleep(0.05)
+    assert b.assignment() == ALL
+    return b
+
+
 def test_three_consumers_two_partitions_each_and_cooperative_join(wh: Warehouse) -> None:
     listeners = [Recorder() for _ in range(4)]
     cs = [_consumer(wh) for _ in range(3)]
@@ -151,18 +168,7 @@ def test_stale_member_cannot_commit_after_its_partitions_moved(wh: Warehouse) ->
     _settle([a], wh)
     a.poll(0, max_records=10)
     stale_gen = a.group_metadata().generation_id
-    # a stops heartbeating (as if SIGSTOPped); b joins, a's session expires, b takes all.
-    assert a._subscription is not None
-    a._subscription.stop_heartbeat()
-    b = _consumer(wh)
-    b.subscribe([T])
-    time.sleep(1.6)
-    for _ in range(20):
-        b.poll(0, max_records=1)
-        if b.assignment() == ALL:
-            break
-        time.sleep(0.05)
-    assert b.assignment() == ALL
+    b = _take_over_from(a, wh)
     b.commit({TopicPartition(T, 0): OffsetAndMetadata(1)})
     with pytest.raises(CommitFailedError):
         a.commit({TopicPartition(T, 0): OffsetAndMetadata(5)})
@@ -345,17 +351,7 @@ def test_a_member_that_lost_a_rebalance_cannot_commit_offsets_in_a_transaction(
     _settle([a], wh)
     got = a.poll(0, max_records=60)
     stale = a.group_metadata()
-    assert a._subscription is not None
-    a._subscription.stop_heartbeat()  # as if paused: b joins, a's session expires
-    b = _consumer(wh)
-    b.subscribe([T])
-    time.sleep(1.6)
-    for _ in range(20):
-        b.poll(0, max_records=1)
-        if b.assignment() == ALL:
-            break
-        time.sleep(0.05)
-    assert b.assignment() == ALL
+    b = _take_over_from(a, wh)
     assert b.group_metadata().generation_id > stale.generation_id
 
     producer = Producer(wh, transactional_id="ctp-a")
