@@ -2,8 +2,10 @@
 
 Exclusive create is atomic: the bytes go to a temporary file in the same directory, which is
 then hard-linked to the final name (``link`` fails if the name exists) — so a reader never
-sees a half-written object and exactly one racing writer wins. Compare-and-swap holds an
-exclusive ``flock`` on a sidecar lock file, which serialises writers across processes.
+sees a half-written object and exactly one racing writer wins. Every write is durable when
+it returns: the file is fsynced before its rename or link, the directory after it.
+Compare-and-swap holds an exclusive ``flock`` on a sidecar lock file, which serialises
+writers across processes.
 
 A process stopped (SIGSTOP, a paused VM) inside a compare-and-swap keeps its lock, and no
 lock can be taken from a live process safely. Writers of that one object therefore wait at
@@ -55,6 +57,24 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def _make_directories(directory: str) -> None:
+    """Create ``directory`` and its missing parents durably: a new directory's name is an
+    entry of its parent, lost in a crash unless the parent is synced too."""
+    if os.path.isdir(directory):
+        return
+    missing: list[str] = []
+    path = directory
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    os.makedirs(directory, exist_ok=True)
+    for created in reversed(missing):
+        _fsync_directory(os.path.dirname(created))
+
+
 class LocalStore(Store):
     """A store rooted at a local directory (created by the first write).
 
@@ -97,7 +117,7 @@ class LocalStore(Store):
 
     def _write_tmp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
+        _make_directories(directory)
         tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
         with open(tmp, "wb") as f:
             f.write(data)
@@ -172,6 +192,7 @@ class LocalStore(Store):
         path = self._path(key)
         tmp = self._write_tmp(path, data)
         os.replace(tmp, path)
+        _fsync_directory(os.path.dirname(path))
         return _etag(data)
 
     def put_data_file(self, key: str, data: bytes) -> None:
@@ -187,7 +208,7 @@ class LocalStore(Store):
             for key, data in items:
                 path = self._path(key)
                 directory = os.path.dirname(path)
-                os.makedirs(directory, exist_ok=True)
+                _make_directories(directory)
                 tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 written.append((fd, tmp, path))
@@ -215,6 +236,8 @@ class LocalStore(Store):
             raise ObjectExistsError(key) from None
         finally:
             os.unlink(tmp)
+        # Acknowledged means durable: the new name too, not only the bytes.
+        _fsync_directory(os.path.dirname(path))
         return _etag(data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
@@ -225,6 +248,7 @@ class LocalStore(Store):
                 raise PreconditionFailedError(f"{key}: etag changed")
             tmp = self._write_tmp(path, data)
             os.replace(tmp, path)
+            _fsync_directory(os.path.dirname(path))
         return _etag(data)
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
