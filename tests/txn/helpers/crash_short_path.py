@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
-from txntable import Producer, Warehouse
-from txntable.txn.coordinator import TxnState
-from txntable.util import now_ms
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: tableutil
+
+from tableutil import decide_like_an_earlier_client  # noqa: E402
+
+from txntable import Producer, Warehouse  # noqa: E402
 
 TID = "short-crash"
 
@@ -29,19 +32,7 @@ def main() -> int:
     producer.begin_transaction()
     for i in range(3):
         producer.send("t", value=b"decided-%d" % i, partition=0)
-    txn = producer.transaction_manager
-    whole = producer.accumulator.drain_whole(txn.short_path_allowed)
-    assert whole is not None
-    intent = producer.sender.write_transaction(whole)
-    coordinator = txn.coordinator
-    loaded = coordinator.load(TID)
-    assert loaded is not None
-    meta, etag = loaded
-    partitions = {t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()}
-    prepared = meta.transition(
-        TxnState.PREPARE_COMMIT, partitions=partitions, intent=intent, txn_start_timestamp=now_ms()
-    )
-    coordinator.cas(prepared, etag)
+    decide_like_an_earlier_client(producer)
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)  # decided; nothing written to the table
     return 3
