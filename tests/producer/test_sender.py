@@ -175,9 +175,13 @@ def test_the_short_path_writes_its_segments_and_leaves_the_commit_to_the_manager
     future = put(acc, b"a", 2)
     whole = acc.drain_whole(txn.short_path_allowed)
     assert whole is not None
-    calls: list[str] = []
-    written = sender.write_transaction(whole, lambda: calls.append("registered"))
-    assert calls == ["registered"]  # before any segment
+    segments_then: list[list[str]] = []
+
+    def register() -> None:
+        segments_then.append([k for k in t.store.list("t/") if k.endswith(".parquet")])
+
+    written = sender.write_transaction(whole, register)
+    assert segments_then == [[]]  # registered before any segment was written
     ((pending,),) = written.values()
     assert (pending.partition, pending.count, pending.base_sequence) == (2, 1, 0)
     assert t.store.get_data_file(pending.path)  # written
