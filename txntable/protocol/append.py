@@ -85,7 +85,7 @@ def plan_append(
         UnknownTopicOrPartitionError: A partition does not exist.
     """
     next_offset: dict[int, int] = {}
-    # Transactions opened by batches of this very plan (the short path: data + marker).
+    # Transactions opened by batches of this very plan (a one-log commit: data + marker).
     opened: dict[tuple[int, int], int] = {}
     # (partition, producer) of batches that are duplicates: the version that committed them
     # holds their markers, so a stale copy of a one-log append closes nothing.
