@@ -216,6 +216,31 @@ def test_a_rotated_producer_id_fences_the_old_one_at_the_last_epoch(
     assert (fence.type, fence.producerId, fence.producerEpoch) == ("ABORT", old.producer_id, 3)
 
 
+def test_a_rotation_while_completing_the_old_transaction_fences_the_old_id(
+    two_tables: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous instance left a prepared transaction at its last epoch: completing it
+    rotates the producer id before InitProducerId bumps, and the fence must still name the
+    id the zombie holds (not the new one)."""
+    monkeypatch.setattr(coordinator_module, "MAX_PRODUCER_EPOCH", 3)
+    wh = two_tables
+    old = make_producer(wh, transactional_id="tx")
+    old.init_transactions()
+    one_log(old, "a", b"a0")
+    coordinator = TransactionCoordinator(wh.store)
+    current, etag = meta(wh)
+    prepared = coordinator_module.replace(
+        current, producer_epoch=2, state=TxnState.PREPARE_COMMIT, partitions={"b": (0,)}
+    )
+    coordinator.cas(prepared, etag)
+    new = make_producer(Warehouse(wh.url), transactional_id="tx")
+    new.init_transactions()
+    assert new.producer_id != old.producer_id and new.producer_epoch == 1
+    fence = markers(wh.table("a"))[-1]
+    assert (fence.type, fence.producerId, fence.producerEpoch) == ("ABORT", old.producer_id, 3)
+    assert wh.table("a").snapshot().producer_epochs[old.producer_id] == 3
+
+
 def test_out_of_order_sequence_is_abortable_and_the_abort_moves_to_a_new_epoch(
     two_tables: Warehouse, make_producer: MakeProducer
 ) -> None:
