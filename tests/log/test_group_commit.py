@@ -27,7 +27,7 @@ from txntable.log.group_commit import (
     Lease,
     LeaseState,
 )
-from txntable.protocol.append import PendingBatch
+from txntable.protocol.append import PendingBatch, plan_append
 from txntable.protocol.records import encode_segment
 from txntable.protocol.sequencing import AppendOp, Intent
 from txntable.storage.local import LocalStore
@@ -169,6 +169,26 @@ def test_a_solo_writer_that_keeps_winning_joins_a_live_committer(root: Path) -> 
     result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
     assert result.base_offsets == [3]
     assert (gc.stats["direct"], gc.stats["followed"]) == (3, 1)
+
+
+def test_an_operation_only_this_writer_can_plan_does_not_look_for_a_committer(
+    root: Path,
+) -> None:
+    """The look is for declarative operations: a solo writer's own build function (as
+    maintenance commits) still races alone first, and takes no live lease over."""
+    wh = warehouse(root, cfg=replace(FAST, lease_ms=400))
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    lease = Lease(table, "other" * 6, 60_000)
+    held = lease.take(lease.read())
+    assert held is not None
+    time.sleep(0.15)
+    pending = _segment(wh, table, 0)
+    gc.commit(lambda s: plan_append(s, [pending], [], None, now_ms()))
+    assert (gc.stats["direct"], gc.stats["followed"]) == (1, 0)
+    current = lease.read()
+    assert current is not None and current.owner == held.owner
 
 
 def test_a_lapsed_lease_is_taken_over_by_a_waiting_writer(root: Path) -> None:

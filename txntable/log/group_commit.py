@@ -357,7 +357,7 @@ class GroupCommit:
         item = RoundItem(build, None, transactional_id)
 
         def attempt() -> tuple[Any, int] | None:
-            mode = self._mode()
+            mode = self._mode(look=True)
             if mode == "committer":
                 done = self._through_committer(item, deadline)
                 return None if done is None else (done[0].result, done[1])
@@ -435,13 +435,16 @@ class GroupCommit:
 
     # --- modes -----------------------------------------------------------------------
 
-    def _mode(self) -> str:
+    def _mode(self, look: bool = False) -> str:
+        """``committer``, ``follower`` or ``solo``; ``look``: a solo writer of a declarative
+        operation looks for a live committer now and then (an operation only this writer can
+        plan races alone first, as it always did, instead of taking the lease over)."""
         with self._lock:
             if self._committer is not None and self._held is not None:
                 return "committer"
             seen = self._seen
         if seen is None:
-            return "follower" if self._committer_elected() else "solo"
+            return "follower" if look and self._committer_elected() else "solo"
         if not seen.live(now_ms()):
             # The lease we followed has expired by its own clock: it may have been renewed
             # since (one GET per lease period), or its committer stepped down.
