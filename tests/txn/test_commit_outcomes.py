@@ -119,6 +119,27 @@ def test_a_one_log_commit_of_unknown_outcome_is_finished_by_committing_again(
 
 
 @GROUP_COMMIT
+def test_a_one_log_retry_that_cannot_read_the_log_is_still_an_unknown_outcome(
+    fault_store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool
+) -> None:
+    """Committing again first looks for the earlier attempt in the log: a read that keeps
+    failing is a timeout (commit again), not a raw storage error."""
+    wh, p = one_partition_tables(fault_store, make_producer, group_commit, delivery_timeout_ms=300)
+    p.begin_transaction()
+    p.send("t0", value=b"a", partition=0)
+    _fail_log_puts(fault_store, "outage")
+    with pytest.raises(KafkaTimeoutError, match="outcome unknown"):
+        p.commit_transaction()
+    fault_store.clear()
+    fault_store.fail_next_get("t0/_log/00000000000000000001.json", times=10**6)
+    with pytest.raises(KafkaTimeoutError, match="outcome unknown"):
+        p.commit_transaction()
+    fault_store.get_faults.clear()
+    p.commit_transaction()
+    assert committed_values(wh) == [b"a"]
+
+
+@GROUP_COMMIT
 def test_the_bench_repro_never_shows_an_aborted_transaction(
     fault_store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool
 ) -> None:

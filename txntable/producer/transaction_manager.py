@@ -499,27 +499,23 @@ class TransactionManager:
     ) -> None:
         tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
         table = self._metadata.table(topic)
-        if again:
-            # An earlier attempt may have landed and its producer state expired since (the
-            # log would take the batches as new): find them by their segments first.
-            landed = self._retries.delivery(lambda: _committed_offsets(table, pending))
-            if landed is not None:
-                for batch, base in zip(items, landed, strict=True):
-                    batch.resolve(base)
-                self._transaction_ended(pid, epoch)
-                return
         markers = [PendingMarker(b.partition, pid, epoch, "COMMIT") for b in pending]
         deadline = self._retries.delivery_deadline()
-        try:
-            result, _ = self._retries.delivery(
-                lambda: table.append(
-                    list(pending),
-                    markers,
-                    transactional_id=tid,
-                    timeout_ms=remaining_ms(deadline),
-                ),
-                remaining_ms(deadline),
+
+        def append() -> list[int]:
+            if again:
+                # An earlier attempt may have landed and its producer state expired since
+                # (the log would take the batches as new): find them by their segments.
+                landed = _committed_offsets(table, pending)
+                if landed is not None:
+                    return landed
+            result, _ = table.append(
+                list(pending), markers, transactional_id=tid, timeout_ms=remaining_ms(deadline)
             )
+            return result.base_offsets
+
+        try:
+            offsets = self._retries.delivery(append, remaining_ms(deadline))
         except Exception as e:
             if _outcome_unknown(e):
                 # Landed or not, or still to be decided (an intent): only the same append
@@ -541,7 +537,7 @@ class TransactionManager:
             if error is e:
                 raise
             raise error from e
-        for batch, base in zip(items, result.base_offsets, strict=True):
+        for batch, base in zip(items, offsets, strict=True):
             batch.resolve(base)
         self._transaction_ended(pid, epoch)
         self.finish_stuck_transactions(table)
