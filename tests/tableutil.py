@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 
-from txntable import Consumer, TopicPartition, Warehouse
+from txntable import Consumer, Producer, TopicPartition, Warehouse
 from txntable.errors import TransientStorageError
 from txntable.log.log import Log
 from txntable.protocol.actions import (
@@ -24,6 +24,8 @@ from txntable.storage import CountingStore, FaultInjectingStore, StoreWrapper
 from txntable.storage.base import Store, StoredObject
 from txntable.structs import ConsumerRecord, ProducerRecord
 from txntable.table import Table
+from txntable.txn.coordinator import TxnMetadata, TxnState
+from txntable.util import now_ms
 
 
 def drain(
@@ -272,3 +274,25 @@ def batches_in_log(wh: Warehouse, table: str) -> list[tuple[int, Batch]]:
         for a in actions
         if isinstance(a, Batch)
     ]
+
+
+def decide_like_an_earlier_client(producer: Producer) -> TxnMetadata:
+    """Decide ``producer``'s buffered one-table transaction as a client of the previous
+    protocol version did (its short path): write the segments, then CAS the coordinator
+    object to PrepareCommit carrying them as its ``intent`` — nothing in the table yet.
+    Clients of this version never do so, but every client completes such an object."""
+    txn = producer.transaction_manager
+    whole = producer.accumulator.drain_whole(txn.short_path_allowed)
+    assert whole is not None, "the transaction is not wholly buffered for one table"
+    intent = producer.sender.write_transaction(whole)
+    loaded = txn.coordinator.load(txn.transactional_id or "")
+    assert loaded is not None
+    meta, etag = loaded
+    prepared = meta.transition(
+        TxnState.PREPARE_COMMIT,
+        partitions={t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()},
+        intent=intent,
+        txn_start_timestamp=now_ms(),
+    )
+    txn.coordinator.cas(prepared, etag)
+    return prepared

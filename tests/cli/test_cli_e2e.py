@@ -87,7 +87,9 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     assert bad.stderr.decode() == (
         "txntable: line 2: no key separator ':'; transaction etl aborted, nothing was written\n"
     )
-    assert [p.high_watermark for p in wh.table("orders").describe().partitions] == [4, 2]
+    # (Its init_transactions fenced orders, which etl's one-log commit registered: an ABORT
+    # marker at partition 0 offset 4.)
+    assert [p.high_watermark for p in wh.table("orders").describe().partitions] == [5, 2]
 
     # consume in a group (joins it: generation 1; commits its position; leaves: generation
     # 2), then the group's offsets and lag
@@ -120,8 +122,8 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
             "group_id": "g1",
             "version": 2,  # the fence of generation 1, then the commit
             "offsets": [
-                {"table": "orders", "partition": 0, "offset": 4, **position,
-                 "high_watermark": 4, "last_stable_offset": 4},
+                {"table": "orders", "partition": 0, "offset": 5, **position,
+                 "high_watermark": 5, "last_stable_offset": 5},
                 {"table": "orders", "partition": 1, "offset": 2, **position,
                  "high_watermark": 2, "last_stable_offset": 2},
             ],
@@ -150,18 +152,19 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     assert d == {
         "name": "orders",
         "table_id": table_id,
-        "version": 3,
+        "version": 4,  # the third is the fence of etl's second init_transactions
         "partitions": [
             {
                 "partition": 0,
                 "log_start_offset": 0,
-                "high_watermark": 4,
-                "last_stable_offset": 4,
+                "high_watermark": 5,
+                "last_stable_offset": 5,
                 "open_transactions": [],
                 "producers": [
                     {"producer_id": idem_pid, "producer_epoch": 0, "last_sequence": 1,
                      "last_timestamp": stamp[0, idem_pid], "current_txn_first_offset": None},
-                    {"producer_id": etl_pid, "producer_epoch": 0, "last_sequence": 0,
+                    # The fence: etl's epoch 1, no batch of it yet.
+                    {"producer_id": etl_pid, "producer_epoch": 1, "last_sequence": -1,
                      "last_timestamp": stamp[0, etl_pid], "current_txn_first_offset": None},
                 ],
                 "segments": 2,
@@ -213,8 +216,8 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     stuck.close()
 
     # checkpoint, vacuum --dry-run, verify
-    assert ok_json("checkpoint", url, "orders", "--json") == {"table": "orders", "version": 4}
-    assert (tmp_path / "lake/orders/_log/00000000000000000004.checkpoint.json").exists()
+    assert ok_json("checkpoint", url, "orders", "--json") == {"table": "orders", "version": 5}
+    assert (tmp_path / "lake/orders/_log/00000000000000000005.checkpoint.json").exists()
     old = f"orders/data/partition=0/{now_ms() - 3 * 3_600_000:013d}-{uuid.uuid4().hex}.parquet"
     (tmp_path / "lake" / old).write_bytes(b"left by a crashed writer")
     assert ok_json("vacuum", url, "orders", "--dry-run", "--retention-hours", "2", "--json") == {
@@ -227,7 +230,7 @@ def test_a_session_with_every_command(tmp_path: Path) -> None:
     assert ok_json("verify", url, "--groups", "--json") == {
         "ok": True,
         "tables": [
-            {"name": "orders", "version": 4, "start_version": 0, "versions_checked": 5,
+            {"name": "orders", "version": 5, "start_version": 0, "versions_checked": 6,
              "checkpoints_checked": 1, "segments_checked": 4, "ok": True, "errors": [],
              "warnings": []},
             {"name": "_groups/g1", "version": 2, "start_version": 0, "versions_checked": 3,

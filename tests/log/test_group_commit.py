@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from txntable.log.group_commit import (
     Lease,
     LeaseState,
 )
-from txntable.protocol.append import PendingBatch
+from txntable.protocol.append import PendingBatch, plan_append
 from txntable.protocol.records import encode_segment
 from txntable.protocol.sequencing import AppendOp, Intent
 from txntable.storage.local import LocalStore
@@ -144,6 +145,50 @@ def test_a_follower_helps_when_the_committer_is_gone(root: Path) -> None:
     assert wh.table("t").snapshot().partition(0).high_watermark == 1
     # The intent was decided by the version and then deleted.
     assert list(wh.store.list(intents_prefix("t"))) == [] or _eventually_empty(wh)
+
+
+def test_a_solo_writer_that_keeps_winning_joins_a_live_committer(root: Path) -> None:
+    """A writer that never loses a race never escalates; once per lease_ms / 4 it looks at
+    the lease, and a live committer's gets its next commit as an intent (it would
+    otherwise race the committer's rounds and starve their followers: issue 17's bench at
+    W=64 after the one-log commit made writers faster). Without a committer it stays solo."""
+    wh = warehouse(root, cfg=replace(FAST, lease_ms=400))
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    table.submit(AppendOp((_segment(wh, table, 0),)))
+    time.sleep(0.15)  # past lease_ms / 4: the next commit looks, finds no lease
+    table.submit(AppendOp((_segment(wh, table, 0),)))
+    assert (gc.stats["direct"], gc.stats["followed"]) == (2, 0)
+    # Another writer becomes the committer (dead here: the follower helps).
+    lease = Lease(table, "other" * 6, 60_000)
+    assert lease.take(lease.read()) is not None
+    table.submit(AppendOp((_segment(wh, table, 0),)))  # looked just now: still solo
+    assert (gc.stats["direct"], gc.stats["followed"]) == (3, 0)
+    time.sleep(0.15)
+    result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
+    assert result.base_offsets == [3]
+    assert (gc.stats["direct"], gc.stats["followed"]) == (3, 1)
+
+
+def test_an_operation_only_this_writer_can_plan_does_not_look_for_a_committer(
+    root: Path,
+) -> None:
+    """The look is for declarative operations: a solo writer's own build function (as
+    maintenance commits) still races alone first, and takes no live lease over."""
+    wh = warehouse(root, cfg=replace(FAST, lease_ms=400))
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    lease = Lease(table, "other" * 6, 60_000)
+    held = lease.take(lease.read())
+    assert held is not None
+    time.sleep(0.15)
+    pending = _segment(wh, table, 0)
+    gc.commit(lambda s: plan_append(s, [pending], [], None, now_ms()))
+    assert (gc.stats["direct"], gc.stats["followed"]) == (1, 0)
+    current = lease.read()
+    assert current is not None and current.owner == held.owner
 
 
 def test_a_lapsed_lease_is_taken_over_by_a_waiting_writer(root: Path) -> None:

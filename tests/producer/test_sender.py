@@ -175,14 +175,20 @@ def test_the_short_path_writes_its_segments_and_leaves_the_commit_to_the_manager
     future = put(acc, b"a", 2)
     whole = acc.drain_whole(txn.short_path_allowed)
     assert whole is not None
-    intent = sender.write_transaction(whole)
-    ((pending,),) = intent.values()
+    segments_then: list[list[str]] = []
+
+    def register() -> None:
+        segments_then.append([k for k in t.store.list("t/") if k.endswith(".parquet")])
+
+    written = sender.write_transaction(whole, register)
+    assert segments_then == [[]]  # registered before any segment was written
+    ((pending,),) = written.values()
     assert (pending.partition, pending.count, pending.base_sequence) == (2, 1, 0)
     assert t.store.get_data_file(pending.path)  # written
     assert acc.used_memory == 0  # the round is handed back
     assert batches_in_log(t, "t") == [] and not future.done()
     txn.begin_commit()
-    txn.commit_short_path(whole, intent)
+    txn.commit_one_log("t", whole["t"], written["t"])
     assert (future.get(0).partition, future.get(0).offset) == (2, 0)
 
 

@@ -46,9 +46,10 @@ def test_second_instance_fences_first_and_aborts_its_transaction(
     assert new.producer_id == pid
     assert new.producer_epoch > old_epoch
 
-    # The zombie's transaction is aborted: ABORT markers at p0 offset 3, p1 offset 1.
+    # The zombie's transaction is aborted: ABORT markers at p0 offset 3, p1 offset 1; then
+    # the fence of the table its first (one-log) transaction registered: p0 offset 4.
     parts = wh2.table("orders").describe().partitions
-    assert [(p.high_watermark, p.last_stable_offset) for p in parts] == [(4, 4), (2, 2)]
+    assert [(p.high_watermark, p.last_stable_offset) for p in parts] == [(5, 5), (2, 2)]
     assert all(p.open_transactions == () for p in parts)
     meta, _ = TransactionCoordinator(wh2.store).load("etl")  # type: ignore[misc]
     assert meta.state is TxnState.EMPTY
@@ -75,13 +76,14 @@ def test_second_instance_fences_first_and_aborts_its_transaction(
     committed, positions = drain(wh2, "orders", 2, "read_committed")
     assert [(r.offset, r.value) for r in committed[0]] == [(0, b"committed")]
     assert [(r.offset, r.value) for r in committed[1]] == [(2, b"new")]
-    assert positions == {0: 4, 1: 4}
+    assert positions == {0: 5, 1: 4}
     uncommitted, _ = drain(wh2, "orders", 2, "read_uncommitted")
     values = {r.value for recs in uncommitted.values() for r in recs}
     assert {b"zombie-0", b"zombie-1"} <= values  # in the log, but aborted
     assert not {b"zombie-late", b"zombie-later"} & values  # refused: never in the log
 
-    # The abort is recorded in the aborted-transaction index of both partitions.
+    # The abort is recorded in the aborted-transaction index of both partitions (and the
+    # fence in partition 0's).
     log_objects = {k: v for k, v in s3_location.objects().items() if "/orders/_log/" in k}
     aborted = [
         json.loads(line)["abortedTxn"]
@@ -89,6 +91,10 @@ def test_second_instance_fences_first_and_aborts_its_transaction(
         for line in data.splitlines()
         if line.strip() and "abortedTxn" in json.loads(line)
     ]
-    assert sorted((a["partition"], a["producerId"]) for a in aborted) == [(0, pid), (1, pid)]
+    assert sorted((a["partition"], a["producerId"]) for a in aborted) == [
+        (0, pid),
+        (0, pid),
+        (1, pid),
+    ]
     wh1.store.close()
     wh2.store.close()

@@ -72,11 +72,11 @@ def test_idle_poll_reads_only_the_next_log_version(
 
 
 def short_path_cost(
-    wh: Warehouse, store: RecordingStore, producer: Producer, records: int
+    wh: Warehouse, store: RecordingStore, producer: Producer, records: int, registers: bool
 ) -> tuple[dict[str, int], list[str]]:
     """Commit one transaction of ``records`` records over every partition, all still
-    buffered at ``commit_transaction``; return its request counts and GET keys (and check
-    its offsets)."""
+    buffered at ``commit_transaction`` (a one-log commit; ``registers``: the id's first to
+    the table); return its request counts and GET keys (and check its offsets)."""
     before = [p.high_watermark for p in wh.table("events").describe().partitions]
     producer.begin_transaction()
     futures = [
@@ -92,8 +92,9 @@ def short_path_cost(
     assert sorted(k.split("/")[2] for k in puts) == [f"partition={p}" for p in range(PARTITIONS)]
     conditional = store.keys("CONDITIONAL_PUT")
     version = wh.table("events").describe().version
-    assert conditional.count(TransactionCoordinator.key("tx")) == 2  # PrepareCommit, Complete
-    assert [k for k in conditional if k.startswith("events/_log/")] == [
+    # RegisterTable (the id's first one-log commit to the table), then one log version.
+    registration = [TransactionCoordinator.key(producer.transaction_manager.transactional_id)]
+    assert conditional == (registration if registers else []) + [
         f"events/_log/{version:020d}.json"
     ]
     # Offsets: each partition's records, then its COMMIT marker, all in one log version.
@@ -114,20 +115,21 @@ def test_short_path_transaction_cost_is_independent_of_record_count(
     wh.create_table("events", partitions=PARTITIONS)
     measured = {}
     for records in (10, 1000):
-        producer = make_producer(wh, transactional_id="tx", **MANUAL_FLUSH)
+        tid = f"tx-{records}"
+        producer = make_producer(wh, transactional_id=tid, **MANUAL_FLUSH)
         producer.init_transactions()
-        if warm:  # a transaction before: the producer's cached coordinator etag is current
+        if warm:  # a transaction before: the table is registered
             producer.begin_transaction()
             producer.send("events", value=b"warm-up", partition=0)
             producer.commit_transaction()
-        counts, gets = short_path_cost(wh, store, producer, records)
+        counts, gets = short_path_cost(wh, store, producer, records, registers=not warm)
         assert counts["PUT"] == PARTITIONS
-        assert counts["CONDITIONAL_PUT"] <= 3
-        assert counts["GET"] <= 2
+        assert counts["CONDITIONAL_PUT"] == (1 if warm else 2)
         assert counts["LIST"] == counts["HEAD"] == counts["DELETE"] == 0
         # Uncontended, no log version is read: the only GET is of the coordinator object,
-        # on the first transaction after init_transactions (later ones use the cached etag).
-        assert gets == ([] if warm else [TransactionCoordinator.key("tx")])
+        # by the registration of the id's first transaction to the table; later ones make
+        # no coordinator request at all.
+        assert gets == ([] if warm else [TransactionCoordinator.key(tid)])
         measured[records] = counts
         producer.close()
     assert measured[10] == measured[1000]

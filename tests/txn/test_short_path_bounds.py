@@ -1,9 +1,10 @@
 """The short path is for one log, and a decided short-path commit is bounded (issue 25.2).
 
 A transaction over several logs takes the normal path, whose open batches hold every LSO
-until the markers (so no table is ever left half visible); a one-table transaction keeps the
-short path, and if its producer dies right after the decision, maintenance finds it through
-the coordinator objects and finishes it.
+until the markers (so no table is ever left half visible); a one-table transaction commits
+as one append (CommitOneLog). An earlier client's short path decided before anything was in
+the table (the coordinator object's intent); if its producer died right after the decision,
+maintenance finds it through the coordinator objects and finishes it.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def test_a_single_table_transaction_still_takes_the_short_path(
 
 @pytest.fixture
 def killed_after_the_cas(tmp_path: Path) -> Warehouse:
-    """A warehouse whose producer was SIGKILLed right after its short-path PrepareCommit."""
+    """A warehouse whose producer (an earlier client's short path) was SIGKILLed right
+    after its PrepareCommit with the intent."""
     wh = Warehouse((tmp_path / "wh").as_uri())
     wh.create_table("t", partitions=1, configuration={"maintenance.interval.ms": "200"})
     proc = run_python([str(HELPERS / "crash_short_path.py"), wh.url])

@@ -141,6 +141,7 @@ def test_epoch_exhaustion_rotates_the_producer_id(table: Warehouse) -> None:
     assert (p.producer_id, p.producer_epoch) == (pid, MAX_PRODUCER_EPOCH - 1)
     p.begin_transaction()
     p.send("t", value=b"before", partition=0)
+    p.flush()  # registered: the coordinator completes it (a one-log commit keeps the epoch)
     p.commit_transaction()
     # Completing bumps the epoch; epoch + 1 would be the reserved one: rotate instead.
     assert p.producer_id != pid and p.producer_epoch == 0
@@ -215,10 +216,10 @@ def test_stale_completer_does_not_commit_the_next_transaction(table: Warehouse) 
     stale: list = []  # type: ignore[type-arg]
     real = p.coordinator.write_markers
 
-    def write_markers(meta, kind, results=None, deadline=None):  # type: ignore[no-untyped-def]
+    def write_markers(meta, kind, deadline=None):  # type: ignore[no-untyped-def]
         if not stale:
             stale.append(recoverer.load(TID))  # a recover() scan sees PrepareCommit here
-        return real(meta, kind, results, deadline)
+        return real(meta, kind, deadline)
 
     p.coordinator.write_markers = write_markers  # type: ignore[method-assign]
     p.begin_transaction()

@@ -317,6 +317,8 @@ class GroupCommit:
         #: The last lease seen held by another writer (a follower trusts it until expiry).
         self._seen: LeaseState | None = None
         self._conflicts = 0
+        #: When this handle, committing solo, last looked for a committer (monotonic s).
+        self._lease_looked = time.monotonic()
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
         self._pool: ThreadPoolExecutor | None = None
         self._deleting: set[str] = set()  # intent keys being deleted
@@ -355,7 +357,7 @@ class GroupCommit:
         item = RoundItem(build, None, transactional_id)
 
         def attempt() -> tuple[Any, int] | None:
-            mode = self._mode()
+            mode = self._mode(look=True)
             if mode == "committer":
                 done = self._through_committer(item, deadline)
                 return None if done is None else (done[0].result, done[1])
@@ -433,13 +435,16 @@ class GroupCommit:
 
     # --- modes -----------------------------------------------------------------------
 
-    def _mode(self) -> str:
+    def _mode(self, look: bool = False) -> str:
+        """``committer``, ``follower`` or ``solo``; ``look``: a solo writer of a declarative
+        operation looks for a live committer now and then (an operation only this writer can
+        plan races alone first, as it always did, instead of taking the lease over)."""
         with self._lock:
             if self._committer is not None and self._held is not None:
                 return "committer"
             seen = self._seen
         if seen is None:
-            return "solo"
+            return "follower" if look and self._committer_elected() else "solo"
         if not seen.live(now_ms()):
             # The lease we followed has expired by its own clock: it may have been renewed
             # since (one GET per lease period), or its committer stepped down.
@@ -448,6 +453,20 @@ class GroupCommit:
                 self._seen = None
                 return "solo"
         return "follower"
+
+    def _committer_elected(self) -> bool:
+        """Whether another writer holds a live lease, looked at once per ``lease_ms / 4``
+        while committing solo (one GET). A solo writer that keeps winning its races never
+        escalates; without this look it would race the committer's rounds (each a version
+        for many writers) with its own versions and starve the writers that follow."""
+        if time.monotonic() - self._lease_looked < self.cfg.lease_ms / 4000:
+            return False
+        self._lease_looked = time.monotonic()
+        current = self.lease.read()
+        if current is None or current.owner == self.id or not current.live(now_ms()):
+            return False
+        self._seen = current
+        return True
 
     def _escalate(self, force: bool) -> None:
         """After lost races: follow a live committer, or become the committer (``force``:

@@ -419,8 +419,8 @@ class AutoMaintenance:
     most once per ``maintenance.interval.ms`` a check of the producer's own snapshot. Then,
     even when nothing else is due, the background thread completes the decided
     transactions of the table that their producers left unfinished (see
-    :meth:`Table.finish_decided_transactions`): what bounds how long a decided short-path
-    commit stays invisible when its producer died.
+    :meth:`Table.finish_decided_transactions`): what bounds how long an earlier client's
+    decided short-path commit stays invisible when its producer died.
     """
 
     def __init__(self, open_table: Callable[[str], Table]) -> None:

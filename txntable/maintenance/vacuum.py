@@ -8,8 +8,8 @@ window still references it — a reader that planned before the merge may still 
 it, and time travel within the window must keep working — so vacuum keeps every file that
 the latest snapshot or the snapshot at the oldest version inside the window references. Such a file
 can still be committed for a while — a producer retries until ``delivery_timeout_ms``, a
-Spark job commits when its last task ends, and a short-path transaction's PrepareCommit names
-its segments until someone completes it — so only files older than the retention period, and
+Spark job commits when its last task ends, and an earlier client's short-path PrepareCommit
+names its segments until someone completes it — so only files older than the retention period, and
 named by no coordinator intent, are deleted. A file's age comes from its name
 (:func:`new_segment_name`), never from storage metadata; a file whose name carries no
 time is never deleted.

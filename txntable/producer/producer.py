@@ -246,7 +246,9 @@ class Producer:
         """Register the transactional id: fence older instances and finish their transaction.
 
         A transaction the previous instance left Ongoing is aborted; one it left prepared
-        is completed. The epoch is bumped, so the old instance is fenced everywhere.
+        is completed. The epoch is bumped, and every table the id committed a one-log
+        transaction to receives a fence of the new epoch before this returns, so the old
+        instance is fenced everywhere.
         """
         self.transaction_manager.init_transactions()
 
@@ -275,12 +277,14 @@ class Producer:
         if txn.retry_unfinished_commit():
             return
         txn.begin_commit()
-        # The short path: the whole transaction still buffered, for one table, one batch
-        # per partition: its segments, then one round of the coordinator and one version.
+        # CommitOneLog: the whole transaction still buffered, for one table, one batch per
+        # partition: its segments, then one append of them and their COMMIT markers (the
+        # table registered with the coordinator once, so that a new instance fences it).
         whole = self.accumulator.drain_whole(txn.short_path_allowed)
         if whole is not None:
-            intent = self.sender.write_transaction(whole)
-            txn.commit_short_path(whole, intent)
+            ((topic, items),) = whole.items()
+            pending = self.sender.write_transaction(whole, lambda: txn.register_table(topic))
+            txn.commit_one_log(topic, items, pending[topic])
             return
         self.accumulator.flush()
         txn.commit()

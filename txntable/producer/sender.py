@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from txntable.errors import (
     IllegalStateError,
     InternalError,
     KafkaTimeoutError,
-    ProducerFencedError,
     TxnTableError,
 )
 from txntable.layout import new_segment_name
@@ -234,16 +234,21 @@ class Sender:
 
         return self._pool.submit(put)
 
-    def write_transaction(self, by_table: Round) -> dict[str, tuple[PendingBatch, ...]]:
-        """Write the segments of a whole transaction drained for the short path (on the
-        caller's thread); their commit is the transaction manager's. Frees the round.
+    def write_transaction(
+        self, by_table: Round, before: Callable[[], None] | None = None
+    ) -> dict[str, tuple[PendingBatch, ...]]:
+        """Write the segments of a whole transaction drained for a one-log commit (on the
+        caller's thread), after ``before()`` (the table's registration); their commit is the
+        transaction manager's. Frees the round.
 
         Raises:
-            TxnTableError: A segment could not be written; every batch fails with it and
-                the transaction can only be aborted.
+            TxnTableError: ``before()`` failed or a segment could not be written; every
+                batch fails with it and the transaction can only be aborted.
         """
         batches = [b for items in by_table.values() for b in items]
         try:
+            if before is not None:
+                before()
             deadline = self._retries.delivery_deadline()
             return {
                 t: tuple(self.write_segments(t, items, deadline)) for t, items in by_table.items()
@@ -252,7 +257,8 @@ class Sender:
             error = InternalError.wrap(e)
             for batch in batches:
                 batch.fail(error)
-            self._txn.fail(error, fatal=isinstance(error, ProducerFencedError))
+            # Its sequences may be taken: an abort moves the producer to a new epoch.
+            self._txn.batch_failed(error)
             if error is e:
                 raise
             raise error from e

@@ -3,10 +3,12 @@ and where its transaction stands.
 
 It owns the producer id and epoch, the next sequence number of every partition, the client
 state machine, the partitions registered with the open transaction and every call to the
-transaction coordinator (InitProducerId, AddPartitionsToTxn, offsets, EndTxn and the short
-path's one-round commit). The sender asks it for sequences and tells it about failed
-batches; the producer's transactional methods delegate to it. It never touches the buffers:
-flushing before a transaction ends is the producer's part.
+transaction coordinator (InitProducerId, AddPartitionsToTxn, offsets, EndTxn), and the
+one-log commit: a transaction whose data all goes to one table commits as one append of its
+batches and COMMIT markers, with no coordinator write but the table's registration (once).
+The sender asks it for sequences and tells it about failed batches; the producer's
+transactional methods delegate to it. It never touches the buffers: flushing before a
+transaction ends is the producer's part.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from txntable.errors import (
+    CommitConflictError,
     InternalError,
     InvalidTxnStateError,
     KafkaTimeoutError,
-    OffsetsUnknownError,
     ProducerFencedError,
+    StorageError,
     TransientStorageError,
     TxnTableError,
 )
@@ -30,11 +33,11 @@ from txntable.producer.accumulator import ProducerBatch
 from txntable.producer.metadata import ProducerMetadata
 from txntable.producer.retries import Retries
 from txntable.protocol.actions import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Batch
-from txntable.protocol.append import AppendResult, PendingBatch
+from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.protocol.sequencing import OffsetCommitOp
 from txntable.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 from txntable.table import Table
-from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator, TxnMetadata
+from txntable.txn.coordinator import MAX_PRODUCER_EPOCH, TransactionCoordinator
 from txntable.txn.recovery import StuckTransactionFinisher
 from txntable.util import RETRIABLE, remaining_ms
 
@@ -104,9 +107,12 @@ class TransactionManager:
         self._sequences: dict[TopicPartition, int] = {}
         #: Partitions registered with the open transaction (AddPartitionsToTxn).
         self._partitions: dict[str, set[int]] = {}
-        #: The first failed batch of the open transaction.
+        #: The first failed batch of the open transaction (its sequences may be taken and
+        #: not in the log: an abort with nothing registered then moves to a new epoch).
         self._batch_error: TxnTableError | None = None
-        self._coordinator_cache: tuple[TxnMetadata, str] | None = None
+        #: The tables the coordinator object lists (one-log transactions; InitProducerId
+        #: fences them), as of this producer's last InitProducerId or RegisterTable.
+        self._tables: frozenset[str] = frozenset()
         #: Finishes the transaction's end that did not finish (the same call retries it).
         self._end_retry: Callable[[], None] | None = None
         #: Whether the transaction being ended is decided: True (PrepareCommit), False
@@ -254,9 +260,13 @@ class TransactionManager:
         if self.state is not C.INITIALIZING:  # INITIALIZING: retrying a timed-out attempt
             self.transition(C.INITIALIZING)
         tid = self.transactional_id or ""
+        deadline = self._retries.delivery_deadline()
         try:
-            self.producer_id, self.producer_epoch = self._retries.delivery(
-                lambda: self.coordinator.init_producer_id(tid, self.transaction_timeout_ms)
+            meta = self._retries.delivery(
+                lambda: self.coordinator.init_producer_id(
+                    tid, self.transaction_timeout_ms, deadline
+                ),
+                remaining_ms(deadline),
             )
         except (TransientStorageError, OSError) as e:
             raise KafkaTimeoutError(
@@ -266,7 +276,10 @@ class TransactionManager:
             # Not a timeout: the producer cannot become usable (Kafka treats it as fatal).
             self.fail(e, fatal=True)
             raise
+        self.producer_id, self.producer_epoch = meta.producer_id, meta.producer_epoch
+        self._tables = frozenset(meta.tables)
         self._sequences.clear()
+        self._batch_error = None
         self.transition(C.READY)
 
     def begin_transaction(self) -> None:
@@ -285,7 +298,6 @@ class TransactionManager:
         new = partitions - self._partitions.get(topic, set())
         if not new:
             return
-        self._coordinator_cache = None
         tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
         self._retries.delivery(
             lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}),
@@ -313,7 +325,6 @@ class TransactionManager:
         def register() -> None:
             name = self._metadata.group_table(meta.group_id).name
             if 0 not in self._partitions.get(name, set()):
-                self._coordinator_cache = None
                 self.coordinator.add_partitions(tid, pid, epoch, {name: {0}})
                 self._partitions.setdefault(name, set()).add(0)
 
@@ -351,8 +362,8 @@ class TransactionManager:
         self.transition(C.COMMITTING_TRANSACTION)
 
     def short_path_allowed(self) -> bool:
-        """Whether the transaction may still commit in one round: no batch of it was
-        appended (nothing registered) and none failed."""
+        """Whether the transaction may still commit as one append (CommitOneLog): no batch
+        of it was appended (nothing registered) and none failed."""
         return not self._partitions and self._batch_error is None
 
     def commit(self) -> None:
@@ -402,9 +413,13 @@ class TransactionManager:
             TxnTableError: The end was refused before it was decided.
         """
         if not self._partitions:
-            self._transaction_ended(self.producer_id, self.producer_epoch)  # nothing registered
+            if not commit and self._batch_error is not None:
+                # Nothing in any log, but a failed batch (or a refused one-log append) took
+                # sequences the log never saw: the next batch would be out of order, so
+                # move to a new epoch, whose sequences start at 0 (KIP-360).
+                self._bump_epoch()
+            self._transaction_ended(self.producer_id, self.producer_epoch)
             return
-        self._coordinator_cache = None
         tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
         deadline = self._retries.delivery_deadline()
         try:
@@ -443,96 +458,108 @@ class TransactionManager:
             raise error from e
         self._transaction_ended(new_pid, new_epoch)
 
-    def commit_short_path(
-        self, by_table: dict[str, list[ProducerBatch]], intent: dict[str, tuple[PendingBatch, ...]]
-    ) -> None:
-        """Commit a transaction whose batches were never appended: a CAS to PrepareCommit
-        with ``intent`` (their written segments), one log version per table (data and
-        markers together) and a CAS to CompleteCommit. Completes the batches.
+    def register_table(self, topic: str) -> None:
+        """RegisterTable before the first one-log commit of this id to ``topic``, so that
+        every later InitProducerId fences the table (nothing once it is registered).
 
         Raises:
-            KafkaTimeoutError: Decided or outcome unknown, not finished: call
-                ``commit_transaction()`` again.
-            TxnTableError: Refused before it was decided (the batches fail with it).
+            ProducerFencedError: A newer instance took over.
         """
-        self._end_retry = lambda: self._finish_short_path(by_table, intent)
-        self._end_retry()
+        if topic in self._tables:
+            return
+        tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
+        meta = self._retries.delivery(
+            lambda: self.coordinator.register_table(tid, pid, epoch, topic)
+        )
+        self._tables = frozenset(meta.tables)
 
-    def _finish_short_path(
-        self, by_table: dict[str, list[ProducerBatch]], intent: dict[str, tuple[PendingBatch, ...]]
+    def commit_one_log(
+        self, topic: str, items: list[ProducerBatch], pending: tuple[PendingBatch, ...]
     ) -> None:
-        tid = self.transactional_id or ""
-        pid, epoch = self.producer_id, self.producer_epoch
-        results: dict[str, AppendResult] = {}
+        """CommitOneLog: one append of the transaction's written segments (``pending``, of
+        table ``topic``, registered) and a COMMIT marker per partition. Completes the
+        batches; the producer stays under its epoch and its sequences continue.
+
+        Raises:
+            KafkaTimeoutError: The outcome is unknown: call ``commit_transaction()`` again,
+                which makes the same append (the log recognises it if one landed).
+            ProducerFencedError: A newer instance fenced the table (fatal).
+            TxnTableError: The append was refused (nothing of it is in the log): the
+                transaction can only be aborted.
+        """
+        self._end_retry = lambda: self._append_one_log(topic, items, pending, again=True)
+        self._append_one_log(topic, items, pending, again=False)
+
+    def _append_one_log(
+        self,
+        topic: str,
+        items: list[ProducerBatch],
+        pending: tuple[PendingBatch, ...],
+        again: bool,
+    ) -> None:
+        tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
+        table = self._metadata.table(topic)
+        markers = [PendingMarker(b.partition, pid, epoch, "COMMIT") for b in pending]
         deadline = self._retries.delivery_deadline()
-        try:
-            done, etag = self._retries.delivery(
-                lambda: self.coordinator.commit_short_path(
-                    tid,
-                    pid,
-                    epoch,
-                    intent,
-                    self._coordinator_cache,
-                    results,
-                    deadline,
-                    self._on_decided,
-                ),
-                remaining_ms(deadline),
+
+        def append() -> list[int]:
+            if again:
+                # An earlier attempt may have landed and its producer state expired since
+                # (the log would take the batches as new): find them by their segments.
+                landed = _committed_offsets(table, pending)
+                if landed is not None:
+                    return landed
+            result, _ = table.append(
+                list(pending), markers, transactional_id=tid, timeout_ms=remaining_ms(deadline)
             )
+            return result.base_offsets
+
+        try:
+            offsets = self._retries.delivery(append, remaining_ms(deadline))
         except Exception as e:
-            self._coordinator_cache = None
-            if self._decided is not None or isinstance(e, RETRIABLE):
+            if _outcome_unknown(e):
+                # Landed or not, or still to be decided (an intent): only the same append
+                # may follow; if one landed, its batches are duplicates and it adds nothing.
                 raise self._unfinished(True, e) from e
-            error = InternalError.wrap(e)
+            error: TxnTableError = InternalError.wrap(e)
+            if isinstance(error, ProducerFencedError) and type(error) is not ProducerFencedError:
+                # InvalidProducerEpoch: a newer instance's fence is in the log (Kafka's
+                # client reports it as ProducerFenced too).
+                error = ProducerFencedError(
+                    f"transactional id {tid}: producer {pid} epoch {epoch} is fenced on table "
+                    f"{topic} ({e})"
+                )
             self._end_retry = None
-            for items in by_table.values():
-                for segment in items:
-                    segment.fail(error)
+            self._batch_error = error  # the segments' sequences are not in the log
+            for batch in items:
+                batch.fail(error)
             self.fail(error, fatal=isinstance(error, ProducerFencedError))
             if error is e:
                 raise
             raise error from e
-        for topic, items in by_table.items():
-            table = self._metadata.table(topic)
-            appended = results.get(topic)
-            if appended is not None:  # our own append: its offsets, without a read
-                for segment, base in zip(items, appended.base_offsets, strict=True):
-                    segment.resolve(base)
-                continue
-            for segment, batch in zip(items, intent[topic], strict=True):
-                # Another client finished our decision: find the batch it committed.
-                found = self._committed_offset(table, segment.partition, batch)
-                if found is None:
-                    segment.fail(
-                        OffsetsUnknownError(
-                            f"the transaction committed {batch.count} records to {topic} "
-                            f"partition {segment.partition}, completed by another client; "
-                            "their offsets are no longer known (merged or expired since)"
-                        )
-                    )
-                else:
-                    segment.resolve(found)
-        self._coordinator_cache = (done, etag)
-        self._transaction_ended(done.producer_id, done.producer_epoch)
-        for topic in by_table:
-            self.finish_stuck_transactions(self._metadata.table(topic))
+        for batch, base in zip(items, offsets, strict=True):
+            batch.resolve(base)
+        self._transaction_ended(pid, epoch)
+        self.finish_stuck_transactions(table)
 
-    def _committed_offset(self, table: Table, partition: int, batch: PendingBatch) -> int | None:
-        """The base offset of a short-path batch another client committed: by its
-        sequences in the producer state, else by its segment in the partition's batches
-        (the producer state may have expired). ``None`` if neither holds it any more."""
-        part = self._retries.delivery(table.snapshot).partition(partition)
-        entry = part.producers.get(batch.producer_id)
-        if entry is not None:
-            meta = entry.find_duplicate(
-                batch.producer_epoch, batch.base_sequence, batch.last_sequence
+    def _bump_epoch(self) -> None:
+        """BumpEpoch: continue under a new epoch between transactions (KIP-360)."""
+        tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
+        try:
+            meta = self._retries.delivery(
+                lambda: self.coordinator.bump_epoch(tid, pid, epoch)
             )
-            if meta is not None:
-                return meta.base_offset
-        for committed in reversed(part.entries):  # rare: only after a completion by another
-            if isinstance(committed, Batch) and committed.path == batch.path:
-                return committed.baseOffset
-        return None
+        except ProducerFencedError as e:
+            self.fail(e, fatal=True)
+            raise
+        except Exception as e:
+            # The abort stays ABORTING_TRANSACTION: calling abort_transaction() again retries.
+            self._end_retry = lambda: self.end_transaction(commit=False)
+            if isinstance(e, RETRIABLE):
+                raise self._unfinished(False, e) from e
+            raise
+        self.producer_id, self.producer_epoch = meta.producer_id, meta.producer_epoch
+        self._sequences.clear()
 
     def _end_other_way(self, tid: str, pid: int, epoch: int) -> None:
         """Continue after a transaction that completed the other way than asked."""
@@ -560,9 +587,12 @@ class TransactionManager:
         )
 
     def _transaction_ended(self, producer_id: int, producer_epoch: int) -> None:
-        """Continue under the epoch the completed transaction bumped to (KIP-890)."""
+        """Continue under the epoch the completed transaction bumped to (KIP-890), with
+        sequences from 0; under the same one (a one-log commit, nothing registered), with
+        the sequences continuing: the log has the epoch's batches up to them."""
+        if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
+            self._sequences.clear()
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
-        self._sequences.clear()
         self._partitions = {}
         self._batch_error = None
         self._end_retry = None
@@ -584,3 +614,33 @@ class TransactionManager:
     def close(self) -> None:
         """Release the coordinator's resources."""
         self.coordinator.close()
+
+
+def _outcome_unknown(error: BaseException) -> bool:
+    """Whether a failed append may have landed or may still be decided: a storage error, a
+    timeout, a lost race, an unexpected failure. A refusal by the log's rules (fenced, out
+    of sequence, an unknown partition, a newer protocol) is definite: nothing of it is in."""
+    if isinstance(error, (KafkaTimeoutError, StorageError, CommitConflictError, *RETRIABLE)):
+        return True
+    return not isinstance(error, TxnTableError)
+
+
+def _committed_offsets(table: Table, pending: tuple[PendingBatch, ...]) -> list[int] | None:
+    """The base offsets of ``pending`` if the table holds every one of them (found by its
+    segment), else ``None``. Reads each partition's entries: for a retry only."""
+    snap = table.snapshot()
+    found: list[int] = []
+    for batch in pending:
+        entries = snap.partition(batch.partition).entries
+        base = next(
+            (
+                e.baseOffset
+                for e in reversed(entries)
+                if isinstance(e, Batch) and e.path == batch.path
+            ),
+            None,
+        )
+        if base is None:
+            return None
+        found.append(base)
+    return found

@@ -85,8 +85,11 @@ def plan_append(
         UnknownTopicOrPartitionError: A partition does not exist.
     """
     next_offset: dict[int, int] = {}
-    # Transactions opened by batches of this very plan (the short path: data + marker).
+    # Transactions opened by batches of this very plan (a one-log commit: data + marker).
     opened: dict[tuple[int, int], int] = {}
+    # (partition, producer) of batches that are duplicates: the version that committed them
+    # holds their markers, so a stale copy of a one-log append closes nothing.
+    duplicated: set[tuple[int, int]] = set()
     actions: list[Action] = []
     result = AppendResult()
     seen: set[tuple[int, int]] = set()
@@ -108,6 +111,7 @@ def plan_append(
             if duplicate is not None:
                 result.base_offsets.append(duplicate.base_offset)
                 result.duplicates.append(True)
+                duplicated.add((pb.partition, pb.producer_id))
                 continue
         base = next_offset.get(pb.partition, part.log_end_offset)
         next_offset[pb.partition] = base + pb.count
@@ -133,6 +137,8 @@ def plan_append(
         result.duplicates.append(False)
     for pm in markers:
         part = snap.partition(pm.partition)
+        if (pm.partition, pm.producer_id) in duplicated:
+            continue  # before the epoch check, as the batch's: the retry did land
         table_epoch = snap.producer_epochs.get(pm.producer_id, -1)
         if pm.producer_epoch < table_epoch:
             raise InvalidProducerEpochError(

@@ -9,6 +9,10 @@ Completing a transaction (writing markers to every participant, then the Complet
 is a function any client can run: the CAS to PrepareCommit/PrepareAbort is the decision,
 and markers are idempotent, so a crashed producer's transaction is finished by whoever
 notices it first.
+
+A transaction whose data all goes to one log needs none of that: its producer commits data
+and markers in one log version (see the producer's one-log commit). The object then only
+lists the table (``tables``, once), so that InitProducerId fences it for a new instance.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from txntable.errors import (
     CorruptLogError,
     InvalidPathError,
     InvalidTxnStateError,
+    ObjectNotFoundError,
     PreconditionFailedError,
     ProducerFencedError,
+    TableNotFoundError,
     TransientStorageError,
     UnsupportedProtocolError,
 )
@@ -40,13 +46,16 @@ from txntable.layout import (
     txn_key,
 )
 from txntable.protocol.actions import loads_strict
-from txntable.protocol.append import AppendResult, PendingBatch, PendingMarker
+from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.storage.base import Store
 from txntable.storage.cas import load_object, put_cas
 from txntable.table import Table
 from txntable.util import now_ms, remaining_ms
 
 TXN_STATE_VERSION = 1
+#: The object's format once it lists ``tables``: a client that does not know them would
+#: initialise the id without fencing them, so it must refuse the object.
+TXN_STATE_TABLES_VERSION = 2
 PRODUCER_IDS_VERSION = 1
 #: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
 MAX_PRODUCER_EPOCH = 32767
@@ -55,6 +64,14 @@ MAX_PRODUCER_EPOCH = 32767
 def _decided(on_decided: Callable[[bool], None] | None, committed: bool) -> None:
     if on_decided is not None:
         on_decided(committed)
+
+
+def _require_between_transactions(meta: TxnMetadata, what: str) -> None:
+    if meta.state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        raise InvalidTxnStateError(
+            f"transactional id {meta.transactional_id}: cannot {what} in state "
+            f"{meta.state.value}"
+        )
 
 
 class TxnState(enum.Enum):
@@ -75,8 +92,8 @@ S = TxnState
 VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-    # From a complete state only with an intent: the short path commits data and markers in
-    # one log version per table, so the decision comes before anything is in the log.
+    # From a complete state only with an intent: an earlier client's short path committed
+    # data and markers in one log version per table, deciding before anything was in a log.
     S.PREPARE_COMMIT: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
@@ -100,9 +117,12 @@ class TxnMetadata:
     last_update_timestamp: int = 0
     last_producer_id: int = -1
     last_producer_epoch: int = -1
-    #: Short path only: per table, the segments to commit with the markers (so any client
-    #: can finish the transaction from the coordinator object alone).
+    #: An earlier client's short path only: per table, the segments to commit with the
+    #: markers (so any client can finish the transaction from the coordinator object alone).
     intent: dict[str, tuple[PendingBatch, ...]] = field(default_factory=dict)
+    #: The tables this id ever committed a one-log transaction to (sorted): InitProducerId
+    #: fences each, since such transactions never register with the coordinator.
+    tables: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
         """Encode the object.
@@ -111,9 +131,11 @@ class TxnMetadata:
         etag (an MD5 of the bytes on local disk and S3) never repeats (no ABA for the CAS),
         and reading back an ambiguous write recognises exactly our own bytes.
         """
+        body: dict[str, Any] = {"tables": list(self.tables)} if self.tables else {}
         return json.dumps(
             {
-                "version": TXN_STATE_VERSION,
+                **body,
+                "version": TXN_STATE_TABLES_VERSION if self.tables else TXN_STATE_VERSION,
                 "transactionalId": self.transactional_id,
                 "producerId": self.producer_id,
                 "producerEpoch": self.producer_epoch,
@@ -149,9 +171,10 @@ class TxnMetadata:
         if not isinstance(obj, dict):
             raise CorruptLogError("coordinator object is not a JSON object", path)
         version = _field(obj, "version", int, path)
-        if version > TXN_STATE_VERSION:
+        if version > TXN_STATE_TABLES_VERSION:
             raise UnsupportedProtocolError(
-                f"coordinator object version {version} is newer than {TXN_STATE_VERSION} ({path})"
+                f"coordinator object version {version} is newer than "
+                f"{TXN_STATE_TABLES_VERSION} ({path})"
             )
         try:
             state = TxnState(_field(obj, "state", str, path))
@@ -161,6 +184,9 @@ class TxnMetadata:
         intent = obj.get("intent", {})
         if not isinstance(intent, dict):
             raise CorruptLogError("coordinator field intent is not an object", path)
+        tables = obj.get("tables", [])
+        if not isinstance(tables, list):
+            raise CorruptLogError("coordinator field tables is not an array", path)
         try:
             return TxnMetadata(
                 transactional_id=_field(obj, "transactionalId", str, path),
@@ -183,6 +209,7 @@ class TxnMetadata:
                     )
                     for t, batches in intent.items()
                 },
+                tables=tuple(sorted({_checked(t, str, "tables", path) for t in tables})),
             )
         except TypeError as e:  # a list where an object belongs, and the like
             raise CorruptLogError(f"invalid coordinator object ({e})", path) from None
@@ -386,17 +413,12 @@ class TransactionCoordinator:
             return self._tables[name]
 
     def write_markers(
-        self,
-        meta: TxnMetadata,
-        marker_type: str,
-        results: dict[str, AppendResult] | None = None,
-        deadline: float | None = None,
+        self, meta: TxnMetadata, marker_type: str, deadline: float | None = None
     ) -> None:
         """Write ``marker_type`` markers for ``meta``'s transaction to every participant.
 
         One log commit per table covers all its partitions. Markers are skipped where the
-        producer has nothing open, so running this twice writes each marker once. The
-        append of each table is reported in ``results`` (the short path's offsets). Each
+        producer has nothing open, so running this twice writes each marker once. Each
         append is retried until ``deadline`` (``time.monotonic()``; default: the table's
         commit timeout).
         """
@@ -406,17 +428,16 @@ class TransactionCoordinator:
                 PendingMarker(p, meta.producer_id, meta.producer_epoch, marker_type)  # type: ignore[arg-type]
                 for p in partitions
             ]
-            # Short-path data goes in the same version as its markers; if it was committed
-            # already, the sequences make it a duplicate and only missing markers are written.
+            # An earlier client's short-path data goes in the same version as its markers; if
+            # it was committed already, the sequences make it a duplicate and only missing
+            # markers are written.
             batches = list(meta.intent.get(table_name, ())) if marker_type == "COMMIT" else []
-            result, _ = self._table(table_name).append(
+            self._table(table_name).append(
                 batches,
                 markers,
                 transactional_id=meta.transactional_id,
                 timeout_ms=None if deadline is None else remaining_ms(deadline),
             )
-            if results is not None:
-                results[table_name] = result
 
     def _next_epoch(self, meta: TxnMetadata) -> dict[str, int]:
         """The producer id and epoch after ``meta``'s epoch, rotating the id when exhausted."""
@@ -426,11 +447,7 @@ class TransactionCoordinator:
         return {"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch + 1}
 
     def complete(
-        self,
-        meta: TxnMetadata,
-        etag: str,
-        results: dict[str, AppendResult] | None = None,
-        deadline: float | None = None,
+        self, meta: TxnMetadata, etag: str, deadline: float | None = None
     ) -> tuple[TxnMetadata, str]:
         """Finish a PrepareCommit/PrepareAbort: markers everywhere, then the Complete state.
 
@@ -450,7 +467,7 @@ class TransactionCoordinator:
         else:
             raise InvalidTxnStateError(f"cannot complete a transaction in {meta.state.value}")
         try:
-            self.write_markers(meta, marker, results, deadline)
+            self.write_markers(meta, marker, deadline)
         except ProducerFencedError as e:
             raise PreconditionFailedError(
                 f"transactional id {meta.transactional_id}: transaction already completed and "
@@ -476,13 +493,21 @@ class TransactionCoordinator:
         return self.complete(prepared, etag)
 
     def init_producer_id(
-        self, transactional_id: str, timeout_ms: int
-    ) -> tuple[int, int]:
-        """Kafka's InitProducerId: finish or abort what a previous instance left, bump the epoch.
+        self, transactional_id: str, timeout_ms: int, deadline: float | None = None
+    ) -> TxnMetadata:
+        """Kafka's InitProducerId: finish or abort what a previous instance left, bump the epoch,
+        then fence every table of the id's one-log transactions (``deadline``: for those
+        appends, ``time.monotonic()``).
 
         Returns:
-            The producer id and the new epoch.
+            The new object: producer id, new epoch, and the tables of one-log transactions.
+
+        Raises:
+            ProducerFencedError: A newer instance took over while this one was fencing.
         """
+        # The producer id a zombie may hold: the object's as first seen, even if completing
+        # its transaction below rotates it.
+        zombie_pid: int | None = None
         while True:
             loaded = self.load(transactional_id)
             try:
@@ -496,8 +521,10 @@ class TransactionCoordinator:
                         last_update_timestamp=now_ms(),
                     )
                     self.cas(meta, None)
-                    return meta.producer_id, meta.producer_epoch
+                    return meta
                 meta, etag = loaded
+                if zombie_pid is None:
+                    zombie_pid = meta.producer_id
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                     self.complete(meta, etag)
                     continue
@@ -516,9 +543,86 @@ class TransactionCoordinator:
                     **self._next_epoch(meta),
                 )
                 self.cas(new, etag)
-                return new.producer_id, new.producer_epoch
             except PreconditionFailedError:
                 time.sleep(random.uniform(0, 0.01))
+                continue
+            assert zombie_pid is not None  # set by the load that led here
+            self._fence_tables(zombie_pid, new, deadline)
+            return new
+
+    def _fence_tables(self, zombie_pid: int, new: TxnMetadata, deadline: float | None) -> None:
+        """Write an ABORT marker of the new epoch to every table of ``new.tables``.
+
+        The epoch is new to each log, so the marker is written and the table refuses every
+        batch and marker of an older epoch from then on: a zombie's one-log commit (never
+        registered per transaction, so not stopped by the coordinator) lands before the
+        fence or not at all. After a rotation, the old id is fenced at the last epoch.
+        """
+        if new.producer_id == zombie_pid:
+            pid, epoch = new.producer_id, new.producer_epoch
+        else:
+            pid, epoch = zombie_pid, MAX_PRODUCER_EPOCH
+        fence = [PendingMarker(0, pid, epoch, "ABORT")]
+        for name in new.tables:
+            try:
+                table = self._table(name)
+                table.append(
+                    [],
+                    fence,
+                    transactional_id=new.transactional_id,
+                    timeout_ms=None if deadline is None else remaining_ms(deadline),
+                )
+            except (TableNotFoundError, ObjectNotFoundError):
+                continue  # dropped: nothing of it is left to protect
+
+    def register_table(
+        self, transactional_id: str, pid: int, epoch: int, table: str
+    ) -> TxnMetadata:
+        """Add ``table`` to the object's ``tables`` before the id's first one-log commit to
+        it, so that every later InitProducerId fences it.
+
+        Raises:
+            ProducerFencedError: The object belongs to a newer epoch or another producer.
+            InvalidTxnStateError: The object is in a transaction.
+        """
+        while True:
+            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            if table in meta.tables:
+                return meta
+            _require_between_transactions(meta, "register a table")
+            new = replace(
+                meta,
+                tables=tuple(sorted({*meta.tables, table})),
+                last_update_timestamp=now_ms(),
+            )
+            try:
+                self.cas(new, etag)
+                return new
+            except PreconditionFailedError:
+                continue
+
+    def bump_epoch(self, transactional_id: str, pid: int, epoch: int) -> TxnMetadata:
+        """Move the producer to its next epoch between transactions (KIP-360), after a
+        one-log append was refused: its next transaction starts at sequence 0.
+
+        Raises:
+            ProducerFencedError: The object belongs to a newer epoch or another producer.
+            InvalidTxnStateError: The object is in a transaction.
+        """
+        while True:
+            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            _require_between_transactions(meta, "bump the epoch")
+            new = meta.transition(
+                TxnState.EMPTY,
+                last_producer_id=meta.producer_id,
+                last_producer_epoch=meta.producer_epoch,
+                **self._next_epoch(meta),
+            )
+            try:
+                self.cas(new, etag)
+                return new
+            except PreconditionFailedError:
+                continue
 
     @staticmethod
     def completed_for(meta: TxnMetadata, pid: int, epoch: int) -> bool:
@@ -573,64 +677,6 @@ class TransactionCoordinator:
                 return
             except PreconditionFailedError:
                 continue
-
-    def commit_short_path(
-        self,
-        transactional_id: str,
-        pid: int,
-        epoch: int,
-        intent: dict[str, tuple[PendingBatch, ...]],
-        cached: tuple[TxnMetadata, str] | None,
-        results: dict[str, AppendResult] | None = None,
-        deadline: float | None = None,
-        on_decided: Callable[[bool], None] | None = None,
-    ) -> tuple[TxnMetadata, str]:
-        """Commit a transaction whose data is not in any log yet, in three writes.
-
-        One CAS to PrepareCommit carrying the intent (the decision), one log version per
-        table holding the data and its markers, one CAS to CompleteCommit. ``cached`` is the
-        object and etag from this producer's last CAS, which saves the read; if it is stale
-        the CAS fails and the object is read again (and the producer may be fenced).
-        ``on_decided(True)`` is called once the decision is known to be made (the CAS
-        landed, or an earlier attempt's decision was found), before the markers.
-
-        Raises:
-            ProducerFencedError: The producer was fenced.
-        """
-        while True:
-            if cached is None:
-                cached = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
-            meta, etag = cached
-            if self.completed_for(meta, pid, epoch):
-                if meta.state is TxnState.COMPLETE_ABORT:
-                    raise InvalidTxnStateError("transaction was aborted by the coordinator")
-                _decided(on_decided, True)
-                return meta, etag  # another client finished our decision
-            if meta.state is TxnState.PREPARE_COMMIT and meta.intent == intent:
-                # Our own earlier attempt (whose outcome was unknown) made the decision.
-                _decided(on_decided, True)
-                try:
-                    return self.complete(meta, etag, results, deadline)
-                except PreconditionFailedError:
-                    cached = None  # completed by another client meanwhile: reload, confirm
-                    continue
-            partitions = {t: tuple(sorted({b.partition for b in bs})) for t, bs in intent.items()}
-            prepared = meta.transition(
-                TxnState.PREPARE_COMMIT,
-                partitions=partitions,
-                intent=intent,
-                txn_start_timestamp=now_ms(),
-            )
-            try:
-                etag = self.cas(prepared, etag)
-            except PreconditionFailedError:
-                cached = None
-                continue
-            _decided(on_decided, True)
-            try:
-                return self.complete(prepared, etag, results, deadline)
-            except PreconditionFailedError:
-                cached = None  # another client completed it first: reload and confirm
 
     def end_transaction(
         self,

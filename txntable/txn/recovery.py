@@ -153,10 +153,10 @@ def finish_decided(
     """Complete every PrepareCommit / PrepareAbort naming ``table_name`` whose grace
     period has passed (the producer that decided it is gone).
 
-    A decided short-path commit leaves no trace in its table before its markers (its data
-    travels in the coordinator object), so no reader or writer of the table sees it; this
-    finds it through the coordinator objects: one LIST and one GET per transactional id, a
-    maintenance step, never on a hot path. Failures are logged, never raised.
+    An earlier client's decided short-path commit leaves no trace in its table before its
+    markers (its data travels in the coordinator object), so no reader or writer of the
+    table sees it; this finds it through the coordinator objects: one LIST and one GET per
+    transactional id, a maintenance step, never on a hot path. Failures are logged, never raised.
 
     Returns:
         The transactional ids completed.
