@@ -416,13 +416,26 @@ def segment_rows(segment: ProducerBatch) -> pa.Table:
 
 
 def return_freed_memory() -> None:
-    """Hand memory Arrow freed in this thread back to the OS.
+    """Hand memory Arrow freed in this thread back to the OS, once Arrow allocated
+    :data:`RELEASE_EVERY_BYTES` since this thread last did.
 
     pyarrow's default allocator (mimalloc) keeps freed pages in per-thread heaps; with a
     sender, writer threads and callers all encoding and copying, that retention alone was
-    several times ``buffer_memory``. Cheap (under a microsecond) when nothing is held.
+    several times ``buffer_memory``. Not at every call: each release makes the next
+    allocations fault their pages in again (a tenth of a key/value ``send_batch``'s time
+    when every batch released).
     """
-    pa.default_memory_pool().release_unused()
+    pool = pa.default_memory_pool()
+    allocated = pool.total_bytes_allocated()
+    if allocated - getattr(_last_release, "allocated", 0) >= RELEASE_EVERY_BYTES:
+        _last_release.allocated = allocated
+        pool.release_unused()
+
+
+#: Arrow bytes allocated (by any thread) between two releases of a thread's freed memory:
+#: bounds what each thread keeps.
+RELEASE_EVERY_BYTES = 8 * 1024 * 1024
+_last_release = threading.local()
 
 
 #: One round of the sender: each table's batches, one per partition.
