@@ -303,3 +303,37 @@ def test_send_batch_queued_in_part_reports_the_rest_as_failed(t: Warehouse) -> N
     with pytest.raises(BufferExhaustedError):
         put_rows(acc, [b"v" * 100] * 60, partition=0)
     assert failures == []  # nothing of the call was queued
+
+
+def test_freed_memory_is_handed_back_once_per_release_every_bytes_per_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Releasing after every batch made the next batch fault its pages in again; releasing
+    # never let each thread keep what it freed. A thread releases once Arrow allocated
+    # RELEASE_EVERY_BYTES since it last did (another thread's release does not count).
+    real = pa.default_memory_pool()
+    releases: list[str] = []
+
+    class CountingPool:
+        def total_bytes_allocated(self) -> int:
+            return real.total_bytes_allocated()
+
+        def release_unused(self) -> None:
+            releases.append(threading.current_thread().name)
+
+    monkeypatch.setattr(pa, "default_memory_pool", CountingPool)
+    monkeypatch.setattr(accumulator_module, "_last_release", threading.local())
+    step = accumulator_module.RELEASE_EVERY_BYTES
+    held = [pa.allocate_buffer(step)]
+    accumulator_module.return_freed_memory()
+    assert releases == ["MainThread"]
+    held.append(pa.allocate_buffer(step // 2))
+    accumulator_module.return_freed_memory()
+    assert releases == ["MainThread"]  # half the step since: this thread keeps it
+    other = threading.Thread(target=accumulator_module.return_freed_memory, name="other")
+    other.start()
+    other.join()
+    assert releases == ["MainThread", "other"]
+    held.append(pa.allocate_buffer(step // 2))
+    accumulator_module.return_freed_memory()
+    assert releases == ["MainThread", "other", "MainThread"]
