@@ -426,7 +426,11 @@ def return_freed_memory() -> None:
     when every batch released).
     """
     pool = pa.default_memory_pool()
-    allocated = pool.total_bytes_allocated()
+    counter = getattr(pool, "total_bytes_allocated", None)
+    if counter is None:  # pyarrow < 16 counts no allocations: release every time
+        pool.release_unused()
+        return
+    allocated = counter()
     if allocated - getattr(_last_release, "allocated", 0) >= RELEASE_EVERY_BYTES:
         _last_release.allocated = allocated
         pool.release_unused()
