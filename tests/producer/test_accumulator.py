@@ -337,3 +337,25 @@ def test_freed_memory_is_handed_back_once_per_release_every_bytes_per_thread(
     held.append(pa.allocate_buffer(step // 2))
     accumulator_module.return_freed_memory()
     assert releases == ["MainThread", "other", "MainThread"]
+
+
+def test_each_thread_keeps_one_segment_scratch_buffer_up_to_scratch_max() -> None:
+    def scratches() -> list[pa.Buffer | None]:
+        small = accumulator_module.segment_scratch(1000)
+        again = accumulator_module.segment_scratch(500)
+        grown = accumulator_module.segment_scratch(5000)
+        too_big = accumulator_module.segment_scratch(accumulator_module.SCRATCH_MAX + 1)
+        return [small, again, grown, too_big, accumulator_module.segment_scratch(10)]
+
+    out: list[list[pa.Buffer | None]] = []
+    thread = threading.Thread(target=lambda: out.append(scratches()))
+    thread.start()
+    thread.join()
+    small, again, grown, too_big, last = out[0]
+    assert small is not None and small.size >= 1000
+    assert again is small  # kept, not allocated again
+    assert grown is not None and grown.size >= 5000 and grown is not small
+    assert too_big is None  # a thread keeps at most SCRATCH_MAX bytes
+    assert last is grown
+    mine = accumulator_module.segment_scratch(1000)
+    assert mine is not small and mine is not grown  # one buffer per thread

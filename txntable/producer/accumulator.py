@@ -442,6 +442,24 @@ RELEASE_EVERY_BYTES = 8 * 1024 * 1024
 _last_release = threading.local()
 
 
+def segment_scratch(room: int) -> pa.Buffer | None:
+    """This thread's buffer to encode a segment into, of at least ``room`` bytes, kept from
+    one segment to the next (see :func:`~txntable.protocol.records.encode_table`); ``None``
+    above :data:`SCRATCH_MAX` bytes, so each thread keeps little."""
+    if room > SCRATCH_MAX:
+        return None
+    scratch: pa.Buffer | None = getattr(_scratch, "buffer", None)
+    if scratch is None or scratch.size < room:
+        scratch = _scratch.buffer = pa.allocate_buffer(room)
+    return scratch
+
+
+#: The largest scratch buffer a thread keeps for encoding segments (a producer's segments
+#: hold at most ``max_request_size`` record bytes: 1 MiB by default).
+SCRATCH_MAX = 8 * 1024 * 1024
+_scratch = threading.local()
+
+
 #: One round of the sender: each table's batches, one per partition.
 Round = dict[str, list[ProducerBatch]]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import threading
 from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import pairwise, repeat
@@ -95,38 +94,35 @@ def encode_segment(records: list[ProducerRecord]) -> bytes:
     return encode_table(table)
 
 
-def encode_table(table: pa.Table) -> bytes:
+def encode_table(table: pa.Table, scratch: pa.Buffer | None = None) -> bytes:
     """Encode a table in :data:`SEGMENT_SCHEMA` (or :data:`MERGED_SEGMENT_SCHEMA`) as Parquet.
 
     zstd; no dictionary encoding or statistics for ``key`` and ``value``: they are mostly
     distinct, readers never filter on them, and both cost a pass over every byte.
+
+    Args:
+        table: The rows.
+        scratch: Mutable memory to encode into, kept by the caller from one table to the
+            next (:func:`encoding_room` bytes): a fresh output stream grows by doubling
+            into memory the allocator may just have returned to the OS, and faulting it in
+            again costs. An encoding that does not fit is made afresh.
     """
-    need = table.nbytes + SCRATCH_MARGIN
-    if need > SCRATCH_MAX:
-        return _encode_fresh(table)
-    # A producer's segment is encoded into this thread's scratch buffer, kept from one
-    # segment to the next: a fresh output stream grows by doubling into memory the
-    # allocator had just handed back to the OS, and faulting it in again cost ~10% of a
-    # key/value send_batch's CPU.
-    scratch: pa.Buffer | None = getattr(_scratch, "buffer", None)
-    if scratch is None or scratch.size < need:
-        scratch = _scratch.buffer = pa.allocate_buffer(need)
-    sink = pa.FixedSizeBufferWriter(scratch)
-    try:
-        _write_parquet(table, sink)
-    except OSError:  # larger than its data and the margin: conceivable, not seen
-        return _encode_fresh(table)
-    return scratch.slice(0, sink.tell()).to_pybytes()
+    if scratch is not None:
+        sink = pa.FixedSizeBufferWriter(scratch)
+        try:
+            _write_parquet(table, sink)
+        except OSError:  # larger than the buffer: encoded afresh below
+            pass
+        else:
+            return scratch.slice(0, sink.tell()).to_pybytes()
+    return _encode_fresh(table)
 
 
-#: Bytes beyond a table's own size kept for its Parquet encoding (footer, page headers,
-#: lengths of binary values: the encoding of incompressible data is a little larger).
-SCRATCH_MARGIN = 1 << 20
-#: Tables larger than this (maintenance's merged segments) are encoded into memory of
-#: their own; smaller ones (the producer's) into a per-thread scratch buffer of at most
-#: this size.
-SCRATCH_MAX = 8 << 20
-_scratch = threading.local()
+def encoding_room(table: pa.Table) -> int:
+    """Bytes a scratch buffer needs to encode ``table`` with :func:`encode_table`: its size
+    and a margin (footer, page headers, lengths of binary values: the encoding of
+    incompressible data is a little larger than the data)."""
+    return table.nbytes + (1 << 20)
 
 
 def _encode_fresh(table: pa.Table) -> bytes:
