@@ -18,7 +18,9 @@ loop that appends each key and value to a list and builds one Arrow table (no ti
 call per record: what a caller building the columns does).
 
 Cases run interleaved (every round runs each case once, in turn) and the medians are
-printed with the ratios (throughput, > 1: txntable is faster). Run:
+printed with the ratios (throughput, > 1: txntable is faster), and the same ratio of CPU
+time per record (every thread of this process: moved less than wall time by other
+processes on a loaded machine, but blind to parallelism). Run:
 ``python bench/produce.py [--rounds 5] [--shapes segment,kv,text] [--no-send]``
 (needs the ``bench`` extra, delta-rs: ``pip install -e '.[bench]'``).
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -166,12 +169,20 @@ def run_loop(root: str, keys: list[bytes], values: list[bytes]) -> None:
     pa.table({"key": pa.array(out_keys, pa.binary()), "value": pa.array(out_values, pa.binary())})
 
 
-def timed(fn: Callable[[str], None]) -> float:
+def cpu_seconds() -> float:
+    """CPU time of this process, every thread (user + system: page faults count)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(fn: Callable[[str], None]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``fn`` in a fresh directory."""
     root = tempfile.mkdtemp(prefix="txntable-bench-")
     try:
+        cpu = cpu_seconds()
         start = time.perf_counter()
         fn(root)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, cpu_seconds() - cpu
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -213,19 +224,26 @@ def main() -> None:
         pairs.append(("send", "loop"))
 
     times: dict[str, list[float]] = {name: [] for name in cases}
+    cpus: dict[str, list[float]] = {name: [] for name in cases}
     for r in range(args.rounds):
         for name, fn in cases.items():
-            times[name].append(timed(fn))
+            wall, cpu = timed(fn)
+            times[name].append(wall)
+            cpus[name].append(cpu)
         print(f"round {r + 1}: " + "  ".join(f"{n} {times[n][-1]:.2f}s" for n in cases), flush=True)
     median = {n: statistics.median(ts) for n, ts in times.items()}
+    cpu = {n: statistics.median(ts) for n, ts in cpus.items()}
     rate = {n: records[n] / median[n] for n in cases}
     print(f"\n{PARTITIONS} partitions, {TXNS} transactions, median of {args.rounds} "
           f"interleaved rounds; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    print(f"{'case':<22}{'records':>10}{'records/s':>14}{'median s':>10}")
+    print(f"{'case':<22}{'records':>10}{'records/s':>14}{'median s':>10}{'CPU s':>8}")
     for n in cases:
-        print(f"{n:<22}{records[n]:>10,}{rate[n]:>14,.0f}{median[n]:>10.3f}")
+        print(f"{n:<22}{records[n]:>10,}{rate[n]:>14,.0f}{median[n]:>10.3f}{cpu[n]:>8.3f}")
     for a, b in pairs:
-        print(f"{a} / {b}: {rate[a] / rate[b]:.2f}x")
+        print(
+            f"{a} / {b}: {rate[a] / rate[b]:.2f}x "
+            f"(CPU: {cpu[b] / records[b] / (cpu[a] / records[a]):.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -303,3 +303,59 @@ def test_send_batch_queued_in_part_reports_the_rest_as_failed(t: Warehouse) -> N
     with pytest.raises(BufferExhaustedError):
         put_rows(acc, [b"v" * 100] * 60, partition=0)
     assert failures == []  # nothing of the call was queued
+
+
+def test_freed_memory_is_handed_back_once_per_release_every_bytes_per_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Releasing after every batch made the next batch fault its pages in again; releasing
+    # never let each thread keep what it freed. A thread releases once Arrow allocated
+    # RELEASE_EVERY_BYTES since it last did (another thread's release does not count).
+    real = pa.default_memory_pool()
+    releases: list[str] = []
+
+    class CountingPool:
+        def total_bytes_allocated(self) -> int:
+            return real.total_bytes_allocated()
+
+        def release_unused(self) -> None:
+            releases.append(threading.current_thread().name)
+
+    monkeypatch.setattr(pa, "default_memory_pool", CountingPool)
+    monkeypatch.setattr(accumulator_module, "_last_release", threading.local())
+    step = accumulator_module.RELEASE_EVERY_BYTES
+    held = [pa.allocate_buffer(step)]
+    accumulator_module.return_freed_memory()
+    assert releases == ["MainThread"]
+    held.append(pa.allocate_buffer(step // 2))
+    accumulator_module.return_freed_memory()
+    assert releases == ["MainThread"]  # half the step since: this thread keeps it
+    other = threading.Thread(target=accumulator_module.return_freed_memory, name="other")
+    other.start()
+    other.join()
+    assert releases == ["MainThread", "other"]
+    held.append(pa.allocate_buffer(step // 2))
+    accumulator_module.return_freed_memory()
+    assert releases == ["MainThread", "other", "MainThread"]
+
+
+def test_each_thread_keeps_one_segment_scratch_buffer_up_to_scratch_max() -> None:
+    def scratches() -> list[pa.Buffer | None]:
+        small = accumulator_module.segment_scratch(1000)
+        again = accumulator_module.segment_scratch(500)
+        grown = accumulator_module.segment_scratch(5000)
+        too_big = accumulator_module.segment_scratch(accumulator_module.SCRATCH_MAX + 1)
+        return [small, again, grown, too_big, accumulator_module.segment_scratch(10)]
+
+    out: list[list[pa.Buffer | None]] = []
+    thread = threading.Thread(target=lambda: out.append(scratches()))
+    thread.start()
+    thread.join()
+    small, again, grown, too_big, last = out[0]
+    assert small is not None and small.size >= 1000
+    assert again is small  # kept, not allocated again
+    assert grown is not None and grown.size >= 5000 and grown is not small
+    assert too_big is None  # a thread keeps at most SCRATCH_MAX bytes
+    assert last is grown
+    mine = accumulator_module.segment_scratch(1000)
+    assert mine is not small and mine is not grown  # one buffer per thread

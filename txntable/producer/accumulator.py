@@ -416,13 +416,48 @@ def segment_rows(segment: ProducerBatch) -> pa.Table:
 
 
 def return_freed_memory() -> None:
-    """Hand memory Arrow freed in this thread back to the OS.
+    """Hand memory Arrow freed in this thread back to the OS, once Arrow allocated
+    :data:`RELEASE_EVERY_BYTES` since this thread last did.
 
     pyarrow's default allocator (mimalloc) keeps freed pages in per-thread heaps; with a
     sender, writer threads and callers all encoding and copying, that retention alone was
-    several times ``buffer_memory``. Cheap (under a microsecond) when nothing is held.
+    several times ``buffer_memory``. Not at every call: each release makes the next
+    allocations fault their pages in again (a tenth of a key/value ``send_batch``'s time
+    when every batch released).
     """
-    pa.default_memory_pool().release_unused()
+    pool = pa.default_memory_pool()
+    counter = getattr(pool, "total_bytes_allocated", None)
+    if counter is None:  # pyarrow < 16 counts no allocations: release every time
+        pool.release_unused()
+        return
+    allocated = counter()
+    if allocated - getattr(_last_release, "allocated", 0) >= RELEASE_EVERY_BYTES:
+        _last_release.allocated = allocated
+        pool.release_unused()
+
+
+#: Arrow bytes allocated (by any thread) between two releases of a thread's freed memory:
+#: bounds what each thread keeps.
+RELEASE_EVERY_BYTES = 8 * 1024 * 1024
+_last_release = threading.local()
+
+
+def segment_scratch(room: int) -> pa.Buffer | None:
+    """This thread's buffer to encode a segment into, of at least ``room`` bytes, kept from
+    one segment to the next (see :func:`~txntable.protocol.records.encode_table`); ``None``
+    above :data:`SCRATCH_MAX` bytes, so each thread keeps little."""
+    if room > SCRATCH_MAX:
+        return None
+    scratch: pa.Buffer | None = getattr(_scratch, "buffer", None)
+    if scratch is None or scratch.size < room:
+        scratch = _scratch.buffer = pa.allocate_buffer(room)
+    return scratch
+
+
+#: The largest scratch buffer a thread keeps for encoding segments (a producer's segments
+#: hold at most ``max_request_size`` record bytes: 1 MiB by default).
+SCRATCH_MAX = 8 * 1024 * 1024
+_scratch = threading.local()
 
 
 #: One round of the sender: each table's batches, one per partition.

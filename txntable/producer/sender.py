@@ -30,13 +30,14 @@ from txntable.producer.accumulator import (
     Round,
     return_freed_memory,
     segment_rows,
+    segment_scratch,
     timestamp_range,
 )
 from txntable.producer.metadata import ProducerMetadata
 from txntable.producer.retries import Retries
 from txntable.producer.transaction_manager import TransactionManager
 from txntable.protocol.append import PendingBatch
-from txntable.protocol.records import encode_table
+from txntable.protocol.records import encode_table, encoding_room
 from txntable.structs import TopicPartition
 from txntable.util import RETRIABLE, remaining_ms
 
@@ -188,7 +189,7 @@ class Sender:
         try:
             for batch, seq in zip(batches, sequences, strict=True):
                 rows = segment_rows(batch) if typed else batch.table()
-                data = encode_table(rows)
+                data = encode_table(rows, segment_scratch(encoding_room(rows)))
                 low, high = timestamp_range(rows)
                 path = table.segment_key(batch.partition, new_segment_name())
                 puts.append(self._submit_put(path, data, deadline))

@@ -94,13 +94,44 @@ def encode_segment(records: list[ProducerRecord]) -> bytes:
     return encode_table(table)
 
 
-def encode_table(table: pa.Table) -> bytes:
+def encode_table(table: pa.Table, scratch: pa.Buffer | None = None) -> bytes:
     """Encode a table in :data:`SEGMENT_SCHEMA` (or :data:`MERGED_SEGMENT_SCHEMA`) as Parquet.
 
     zstd; no dictionary encoding or statistics for ``key`` and ``value``: they are mostly
     distinct, readers never filter on them, and both cost a pass over every byte.
+
+    Args:
+        table: The rows.
+        scratch: Mutable memory to encode into, kept by the caller from one table to the
+            next (:func:`encoding_room` bytes): a fresh output stream grows by doubling
+            into memory the allocator may just have returned to the OS, and faulting it in
+            again costs. An encoding that does not fit is made afresh.
     """
+    if scratch is not None:
+        sink = pa.FixedSizeBufferWriter(scratch)
+        try:
+            _write_parquet(table, sink)
+        except OSError:  # larger than the buffer: encoded afresh below
+            pass
+        else:
+            return scratch.slice(0, sink.tell()).to_pybytes()
+    return _encode_fresh(table)
+
+
+def encoding_room(table: pa.Table) -> int:
+    """Bytes a scratch buffer needs to encode ``table`` with :func:`encode_table`: its size
+    and a margin (footer, page headers, lengths of binary values: the encoding of
+    incompressible data is a little larger than the data)."""
+    return table.nbytes + (1 << 20)
+
+
+def _encode_fresh(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()  # Arrow memory, not a Python buffer grown by realloc
+    _write_parquet(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _write_parquet(table: pa.Table, sink: pa.NativeFile) -> None:
     pq.write_table(
         table,
         sink,
@@ -108,7 +139,6 @@ def encode_table(table: pa.Table) -> bytes:
         use_dictionary=["headers.list.item.key", "timestamp"],
         write_statistics=["timestamp", OFFSET_COLUMN],  # offsets: a merged segment's
     )
-    return sink.getvalue().to_pybytes()
 
 
 def empty_headers(n: int) -> pa.Array:
