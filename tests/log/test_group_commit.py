@@ -171,6 +171,27 @@ def test_a_solo_writer_that_keeps_winning_joins_a_live_committer(root: Path) -> 
     assert (gc.stats["direct"], gc.stats["followed"]) == (3, 1)
 
 
+def test_a_solo_writer_that_lost_a_race_looks_for_a_committer_sooner(root: Path) -> None:
+    """Alone, a solo writer looks at the lease once per lease_ms / 4 (a GET on its commit
+    path); once it has lost a race (others write: a committer may be running rounds) it looks
+    once per lease_ms / 20, so it joins a live committer sooner (issue 17: the W=16 tail)."""
+    wh = warehouse(root, cfg=replace(FAST, lease_ms=2_000))  # looks: 500 ms alone, 100 raced
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    table.snapshot()  # loaded at version 0
+    other = warehouse(root, cfg=replace(FAST, lease_ms=2_000)).table("t")
+    other.submit(AppendOp((_segment(wh, other, 0),)))  # our handle's snapshot is now stale
+    table.submit(AppendOp((_segment(wh, table, 0),)))  # loses the race once, then commits
+    assert (gc.stats["direct"], gc.stats["followed"]) == (1, 0)
+    lease = Lease(table, "other" * 6, 60_000)
+    assert lease.take(lease.read()) is not None
+    time.sleep(0.15)  # past lease_ms / 20, well before lease_ms / 4
+    result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
+    assert result.base_offsets == [2]
+    assert (gc.stats["direct"], gc.stats["followed"]) == (1, 1)
+
+
 def test_an_operation_only_this_writer_can_plan_does_not_look_for_a_committer(
     root: Path,
 ) -> None:

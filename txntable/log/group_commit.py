@@ -91,6 +91,12 @@ LEASE_FORMAT_VERSION = 1
 OUTCOMES_FORMAT_VERSION = 1
 #: Lost races in a row after which a solo writer looks for (or becomes) a committer.
 ESCALATE_AFTER_CONFLICTS = 2
+#: A solo writer looks for a live committer once per lease_ms / this, or once per
+#: lease_ms / LEASE_LOOKS_CONTENDED after it lost a race since its last look (others write:
+#: a committer may be running rounds it races); alone, it looks rarely (each look is a GET
+#: on its commit path).
+LEASE_LOOKS_ALONE = 4
+LEASE_LOOKS_CONTENDED = 20
 #: A committer with nothing to do LISTs the intents this often at first, then less often.
 IDLE_LIST_S = 0.005
 IDLE_LIST_MAX_S = 0.05
@@ -317,6 +323,8 @@ class GroupCommit:
         #: The last lease seen held by another writer (a follower trusts it until expiry).
         self._seen: LeaseState | None = None
         self._conflicts = 0
+        #: Whether a solo commit lost a race since the last look for a committer.
+        self._raced = False
         #: When this handle, committing solo, last looked for a committer (monotonic s).
         self._lease_looked = time.monotonic()
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
@@ -456,12 +464,14 @@ class GroupCommit:
 
     def _committer_elected(self) -> bool:
         """Whether another writer holds a live lease, looked at once per ``lease_ms / 4``
-        while committing solo (one GET). A solo writer that keeps winning its races never
-        escalates; without this look it would race the committer's rounds (each a version
+        while committing solo (one GET), once per ``lease_ms / 20`` after a lost race. A solo
+        writer that keeps winning its races never escalates; without this look it would race the committer's rounds (each a version
         for many writers) with its own versions and starve the writers that follow."""
-        if time.monotonic() - self._lease_looked < self.cfg.lease_ms / 4000:
+        looks = LEASE_LOOKS_CONTENDED if self._raced else LEASE_LOOKS_ALONE
+        if time.monotonic() - self._lease_looked < self.cfg.lease_ms / 1000 / looks:
             return False
         self._lease_looked = time.monotonic()
+        self._raced = False
         current = self.lease.read()
         if current is None or current.owner == self.id or not current.live(now_ms()):
             return False
@@ -538,6 +548,7 @@ class GroupCommit:
                 continue
             outage = None
             self._conflicts += 1
+            self._raced = True
             if self._conflicts >= ESCALATE_AFTER_CONFLICTS:
                 self._conflicts = 0
                 return None
