@@ -465,8 +465,9 @@ class GroupCommit:
     def _committer_elected(self) -> bool:
         """Whether another writer holds a live lease, looked at once per ``lease_ms / 4``
         while committing solo (one GET), once per ``lease_ms / 20`` after a lost race. A solo
-        writer that keeps winning its races never escalates; without this look it would race the committer's rounds (each a version
-        for many writers) with its own versions and starve the writers that follow."""
+        writer that keeps winning its races never escalates; without this look it would race
+        the committer's rounds (each a version for many writers) with its own versions and
+        starve the writers that follow."""
         looks = LEASE_LOOKS_CONTENDED if self._raced else LEASE_LOOKS_ALONE
         if time.monotonic() - self._lease_looked < self.cfg.lease_ms / 1000 / looks:
             return False
