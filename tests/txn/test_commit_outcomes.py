@@ -53,6 +53,27 @@ def _state(wh: Warehouse) -> TxnState:
 # --- 25.1: a decided commit is never reported as failed ----------------------------------
 
 
+def _only_commit_again_finishes(
+    p: Producer, wh: Warehouse, fault_store: ReadFaultStore, state_after: TxnState
+) -> None:
+    """After a commit whose outcome is not known: abort and begin are refused (an abort
+    would be a lie), committing again once storage is back commits once (the coordinator
+    object then in ``state_after``), and the producer goes on (no "cannot move from
+    PrepareCommit to PrepareCommit")."""
+    with pytest.raises(InvalidTxnStateError, match="commit_transaction"):
+        p.abort_transaction()
+    with pytest.raises(InvalidTxnStateError):
+        p.begin_transaction()
+    fault_store.clear()
+    p.commit_transaction()
+    assert _state(wh) is state_after
+    assert committed_values(wh) == [b"a"]
+    p.begin_transaction()
+    p.send("t0", value=b"b", partition=0)
+    p.commit_transaction()
+    assert committed_values(wh) == [b"a", b"b"]
+
+
 @GROUP_COMMIT
 @FAILURES
 def test_a_decided_commit_is_finished_by_committing_again(
@@ -69,20 +90,7 @@ def test_a_decided_commit_is_finished_by_committing_again(
     with pytest.raises(KafkaTimeoutError, match="decided to commit"):
         p.commit_transaction()
     assert _state(wh) is TxnState.PREPARE_COMMIT
-    # The only legal follow-up is committing again: an abort would be a lie.
-    with pytest.raises(InvalidTxnStateError, match="commit_transaction"):
-        p.abort_transaction()
-    with pytest.raises(InvalidTxnStateError):
-        p.begin_transaction()
-    fault_store.clear()
-    p.commit_transaction()
-    assert _state(wh) is TxnState.COMPLETE_COMMIT
-    assert committed_values(wh) == [b"a"]
-    # The producer goes on: no "cannot move from PrepareCommit to PrepareCommit".
-    p.begin_transaction()
-    p.send("t0", value=b"b", partition=0)
-    p.commit_transaction()
-    assert committed_values(wh) == [b"a", b"b"]
+    _only_commit_again_finishes(p, wh, fault_store, TxnState.COMPLETE_COMMIT)
 
 
 @GROUP_COMMIT
@@ -104,17 +112,7 @@ def test_a_one_log_commit_of_unknown_outcome_is_finished_by_committing_again(
     with pytest.raises(KafkaTimeoutError, match="outcome unknown"):
         p.commit_transaction()
     assert _state(wh) is TxnState.EMPTY  # the coordinator never hears of it
-    with pytest.raises(InvalidTxnStateError, match="commit_transaction"):
-        p.abort_transaction()
-    with pytest.raises(InvalidTxnStateError):
-        p.begin_transaction()
-    fault_store.clear()
-    p.commit_transaction()
-    assert committed_values(wh) == [b"a"]
-    p.begin_transaction()
-    p.send("t0", value=b"b", partition=0)
-    p.commit_transaction()
-    assert committed_values(wh) == [b"a", b"b"]
+    _only_commit_again_finishes(p, wh, fault_store, TxnState.EMPTY)
     assert (_state(wh), p.producer_epoch) == (TxnState.EMPTY, epoch)  # one epoch throughout
 
 
