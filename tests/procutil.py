@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import queue
+import signal
+import subprocess
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 
 def run_workers(
@@ -40,3 +45,25 @@ def run_workers(
                 proc.kill()
     assert all(proc.exitcode == 0 for proc in procs), [proc.exitcode for proc in procs]
     return reports
+
+
+def pause_and_resume(
+    zombie: subprocess.Popen[str], while_paused: Callable[[], T], command: str
+) -> tuple[T, str]:
+    """SIGSTOP a helper process, run ``while_paused`` (a successor takes over), SIGCONT it,
+    send it ``command`` on stdin and read its ``{"outcome": ...}`` line; the process must
+    exit 0 (it is killed if anything fails). Returns ``while_paused``'s value and the
+    outcome."""
+    assert zombie.stdin is not None and zombie.stdout is not None
+    try:
+        zombie.send_signal(signal.SIGSTOP)
+        value = while_paused()
+        zombie.send_signal(signal.SIGCONT)
+        zombie.stdin.write(command + "\n")
+        zombie.stdin.flush()
+        outcome = json.loads(zombie.stdout.readline())["outcome"]
+        assert zombie.wait(timeout=60) == 0
+    finally:
+        zombie.kill()
+        zombie.wait()
+    return value, str(outcome)

@@ -17,6 +17,7 @@ import sys
 from collections import Counter
 
 import pytest
+from procutil import pause_and_resume
 from txnutil import HELPERS, REPO, assert_no_open_transactions, read_all, run_python
 
 from txntable import Producer, Warehouse
@@ -98,21 +99,16 @@ def _run_zombie(wh: Warehouse, point: str) -> tuple[dict[str, int], str, Produce
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-    assert zombie.stdin is not None and zombie.stdout is not None
-    try:
-        started = json.loads(zombie.stdout.readline())
-        assert json.loads(zombie.stdout.readline()) == {"paused": True}
-        zombie.send_signal(signal.SIGSTOP)
+    assert zombie.stdout is not None
+    started = json.loads(zombie.stdout.readline())
+    assert json.loads(zombie.stdout.readline()) == {"paused": True}
+
+    def take_over() -> Producer:
         successor = Producer(Warehouse(wh.url), transactional_id="one")
         successor.init_transactions()  # and nothing else: only its fence is in the table
-        zombie.send_signal(signal.SIGCONT)
-        zombie.stdin.write("go\n")
-        zombie.stdin.flush()
-        outcome = json.loads(zombie.stdout.readline())["outcome"]
-        assert zombie.wait(timeout=60) == 0
-    finally:
-        zombie.kill()
-        zombie.wait()
+        return successor
+
+    successor, outcome = pause_and_resume(zombie, take_over, "go")
     successor.begin_transaction()
     successor.send("orders", value=b"s-0", partition=0)
     successor.commit_transaction()

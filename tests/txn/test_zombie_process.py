@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from procutil import pause_and_resume
 from tableutil import read_all
 
 from txntable import Producer, Warehouse
@@ -32,9 +32,9 @@ def test_a_resumed_zombie_process_is_fenced_and_invisible(wh: Warehouse) -> None
         env=env,
     )
     assert zombie.stdin is not None and zombie.stdout is not None
-    try:
-        started = json.loads(zombie.stdout.readline())
-        zombie.send_signal(signal.SIGSTOP)
+    started = json.loads(zombie.stdout.readline())
+
+    def take_over() -> Producer:
         successor = Producer(wh, transactional_id="zombie")
         successor.init_transactions()  # aborts the paused one's open transaction
         assert successor.producer_id == started["pid"]
@@ -42,14 +42,9 @@ def test_a_resumed_zombie_process_is_fenced_and_invisible(wh: Warehouse) -> None
         successor.begin_transaction()
         successor.send("orders", value=b"s-0", partition=1)
         successor.commit_transaction()
-        zombie.send_signal(signal.SIGCONT)
-        zombie.stdin.write("commit\n")
-        zombie.stdin.flush()
-        outcome = json.loads(zombie.stdout.readline())["outcome"]
-        assert zombie.wait(timeout=60) == 0
-    finally:
-        zombie.kill()
-        zombie.wait()
+        return successor
+
+    successor, outcome = pause_and_resume(zombie, take_over, "commit")
     assert outcome == "ProducerFencedError"
     # Committed: the successor's record only. The zombie's flushed record stays in the log,
     # aborted (offset 0, its ABORT marker at 1); its buffered one never reached the log.
