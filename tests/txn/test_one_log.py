@@ -80,12 +80,18 @@ def two_tables(wh: Warehouse) -> Warehouse:
     return wh
 
 
+@pytest.fixture
+def p(two_tables: Warehouse, make_producer: MakeProducer) -> Producer:
+    """The transactional producer ``tx`` of ``two_tables``, initialised."""
+    producer = make_producer(two_tables, transactional_id="tx")
+    producer.init_transactions()
+    return producer
+
+
 def test_one_coordinator_write_per_table_then_one_log_version_per_transaction(
-    two_tables: Warehouse, make_producer: MakeProducer
+    two_tables: Warehouse, p: Producer
 ) -> None:
     wh = two_tables
-    p = make_producer(wh, transactional_id="tx")
-    p.init_transactions()
     _, etag = meta(wh)
     one_log(p, "a", b"a1")  # registers a
     registered, etag_after = meta(wh)
@@ -103,11 +109,9 @@ def test_one_coordinator_write_per_table_then_one_log_version_per_transaction(
 
 
 def test_sequences_continue_across_one_log_transactions_under_one_epoch(
-    two_tables: Warehouse, make_producer: MakeProducer
+    two_tables: Warehouse, p: Producer
 ) -> None:
     wh = two_tables
-    p = make_producer(wh, transactional_id="tx")
-    p.init_transactions()
     epoch = p.producer_epoch
     one_log(p, "a", b"x", b"y")
     one_log(p, "a", b"z")
@@ -242,11 +246,9 @@ def test_a_rotation_while_completing_the_old_transaction_fences_the_old_id(
 
 
 def test_out_of_order_sequence_is_abortable_and_the_abort_moves_to_a_new_epoch(
-    two_tables: Warehouse, make_producer: MakeProducer
+    two_tables: Warehouse, p: Producer
 ) -> None:
     wh = two_tables
-    p = make_producer(wh, transactional_id="tx")
-    p.init_transactions()
     epoch = p.producer_epoch
     one_log(p, "a", b"a0")
     p.begin_transaction()
