@@ -530,10 +530,9 @@ class TransactionManager:
                     f"{topic} ({e})"
                 )
             self._end_retry = None
-            self._batch_error = error  # the segments' sequences are not in the log
             for batch in items:
                 batch.fail(error)
-            self.fail(error, fatal=isinstance(error, ProducerFencedError))
+            self.batch_failed(error)  # the segments' sequences are not in the log
             if error is e:
                 raise
             raise error from e
