@@ -9,6 +9,7 @@ maintenance commit is never starved by busy producers.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -16,13 +17,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from txntable import Producer, Warehouse
 from txntable.errors import InvalidProducerEpochError
-from txntable.layout import intent_key, intents_prefix
+from txntable.layout import intent_key, intents_prefix, outcomes_key
+from txntable.log import group_commit
 from txntable.log.group_commit import (
+    OUTCOME_RECORD_VERSIONS,
     GroupCommitConfig,
     Lease,
     LeaseState,
@@ -328,3 +332,55 @@ def test_a_single_writer_commits_directly(root: Path) -> None:
         counts = store.snapshot()
     assert counts["CONDITIONAL_PUT"] == 5 and counts["LIST"] == 0
     assert not list(store.list(intents_prefix("t")))
+
+
+def test_the_outcome_record_keeps_the_newest_versions_and_names_its_tip(root: Path) -> None:
+    """Every waiting writer reads the record each time it changes: it holds the rounds of
+    the newest OUTCOME_RECORD_VERSIONS versions and says its newest one in ``tip`` (issue
+    17: at W=64 a record of 64 versions cost every follower ~2 ms of CPU per look and the
+    rounds slowed down as it filled)."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    for version in range(1, 41):
+        gc._write_record(version, {f"i{version}": [None, "", None]})
+    body = json.loads(wh.store.get(outcomes_key("t")).data)
+    assert [r["version"] for r in body["rounds"]] == list(range(41 - OUTCOME_RECORD_VERSIONS, 41))
+    assert body["tip"] == 40
+    assert OUTCOME_RECORD_VERSIONS <= 16
+
+
+def test_a_waiting_writer_parses_only_a_record_that_names_its_intent(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look at a record that does not name the intent costs a byte search, not a parse;
+    the record's tip is still learned. One that names it is parsed, and one written without
+    a tip (an older writer) is parsed as before."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    writer = table.group_commit
+    assert writer is not None
+    writer._write_record(7, {"a" * 32: [None, "", None]})
+    follower = warehouse(root).table("t").group_commit
+    assert follower is not None
+    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    parsed: list[bytes] = []
+    real_parse = group_commit._parse_record
+
+    def counting_parse(data: bytes) -> dict[int, dict[str, list[Any]]]:
+        parsed.append(data)
+        return real_parse(data)
+
+    monkeypatch.setattr(group_commit, "_parse_record", counting_parse)
+    assert follower._from_record(mine) == (None, 7)
+    assert parsed == [] and follower._tip_hint == 7
+    writer._write_record(8, {mine.id: ["InvalidProducerEpochError", "fenced", None]})
+    found, tip = follower._from_record(mine)
+    assert found == ("InvalidProducerEpochError", "fenced", None, 8) and tip == 8
+    assert len(parsed) == 1
+    # A record without a tip (written by an older client) is parsed to learn it.
+    old = {"version": 1, "rounds": [{"version": 9, "intents": {}}], "writeId": "w"}
+    wh.store.put(outcomes_key("t"), json.dumps(old).encode())
+    assert follower._from_record(mine) == (None, 9)
+    assert len(parsed) == 2

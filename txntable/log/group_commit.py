@@ -36,6 +36,7 @@ import atexit
 import json
 import logging
 import random
+import re
 import threading
 import time
 import uuid
@@ -103,8 +104,10 @@ IDLE_LIST_MAX_S = 0.05
 #: Decided intents are deleted in batches of this many keys, or at least this often.
 DELETE_BATCH = 200
 DELETE_EVERY_S = 1.0
-#: Versions the outcome record covers (the newest ones).
-OUTCOME_RECORD_VERSIONS = 64
+#: Versions the outcome record covers (the newest ones). Every waiting writer reads the
+#: record each time it changes: its size is CPU on every writer's machine; a writer whose
+#: outcome scrolled out reads the log.
+OUTCOME_RECORD_VERSIONS = 16
 #: A follower reads the log instead of the record after the record moved on this many
 #: times without its intent (it may miss one round by listing late).
 RECORD_MISSES = 3
@@ -256,6 +259,20 @@ def _result_from_json(op: Operation, body: Any) -> Any:
     return result
 
 
+_DIGITS = re.compile(rb"-?[0-9]+")
+
+
+def _record_tip(data: bytes) -> int | None:
+    """The record's newest version from its ``tip`` field, without parsing the record (a
+    waiting writer looks often; its own intent's id is absent from most looks), or ``None``
+    when the field is missing (an older writer) or malformed."""
+    at = data.rfind(b'"tip":')
+    if at < 0:
+        return None
+    digits = _DIGITS.match(data, at + 6)
+    return int(digits.group()) if digits is not None else None
+
+
 def _parse_record(data: bytes) -> dict[int, dict[str, list[Any]]]:
     """The rounds of an outcome record, by version.
 
@@ -341,8 +358,13 @@ class GroupCommit:
         self._tip_hint = -1
         #: How long deciding this handle's last intents took (a moving average, seconds).
         self._decide_s = 0.0
-        #: The outcome record as last read, and its parse (followers look often).
-        self._seen_record: tuple[bytes, dict[int, dict[str, list[Any]]]] = (b"", {})
+        #: The outcome record as last read, its parse (``None``: not parsed, it did not name
+        #: the intent looked for) and its newest version (followers look often).
+        self._seen_record: tuple[bytes, dict[int, dict[str, list[Any]]] | None, int] = (
+            b"",
+            {},
+            -1,
+        )
         self.stats = {"rounds": 0, "intents": 0, "helps": 0, "direct": 0, "followed": 0}
 
     # --- entry points ----------------------------------------------------------------
@@ -751,6 +773,7 @@ class GroupCommit:
                     "rounds": [
                         {"version": v, "intents": d} for v, d in sorted(self._record.items())
                     ],
+                    "tip": max(self._record),
                 }
             )
             try:
@@ -972,17 +995,25 @@ class GroupCommit:
         key = outcomes_key(self.table.log.root)
         try:
             data = self.table.store.get(key).data
-            if data == self._seen_record[0]:
-                rounds = self._seen_record[1]  # unchanged since the last look: not parsed again
-            else:
+            seen, rounds, seen_tip = self._seen_record
+            tip = seen_tip if data == seen else _record_tip(data)
+            if data != seen:
+                rounds = None
+            if rounds is None and (tip is None or intent.id.encode() in data):
+                # Parsed only when it may name the intent (or has no tip): a record holds
+                # every writer's outcomes of many rounds, and every waiting writer looks.
                 rounds = _parse_record(data)
-                self._seen_record = (data, rounds)
+                tip = max(rounds, default=-1)
         except (ObjectNotFoundError, TransientStorageError):
             return None, -1
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             return None, -1  # a damaged hint: the log tells
-        tip = max(rounds, default=-1)
+        if tip is None:
+            return None, -1
+        self._seen_record = (data, rounds, tip)
         self._tip_hint = max(self._tip_hint, tip)
+        if rounds is None:
+            return None, tip
         for version, decided in rounds.items():
             entry = decided.get(intent.id)
             if entry is not None:
