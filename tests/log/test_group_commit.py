@@ -14,7 +14,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from txntable.log.group_commit import (
 from txntable.protocol.append import PendingBatch, plan_append
 from txntable.protocol.records import encode_segment
 from txntable.protocol.sequencing import AppendOp, Intent
+from txntable.storage.base import StoredObject
 from txntable.storage.local import LocalStore
 from txntable.storage.wrappers import CountingStore, LatencyStore
 from txntable.structs import ProducerRecord
@@ -152,48 +153,59 @@ def test_a_follower_helps_when_the_committer_is_gone(root: Path) -> None:
 
 
 def test_a_solo_writer_that_keeps_winning_joins_a_live_committer(root: Path) -> None:
-    """A writer that never loses a race never escalates; once per lease_ms / 4 it looks at
-    the lease, and a live committer's gets its next commit as an intent (it would
-    otherwise race the committer's rounds and starve their followers: issue 17's bench at
-    W=64 after the one-log commit made writers faster). Without a committer it stays solo."""
-    wh = warehouse(root, cfg=replace(FAST, lease_ms=400))
+    """A writer that never loses a race never escalates; once per lease_ms / 20 it reads the
+    lease in the background, and once it saw a live committer's its next commit is an
+    intent (it would otherwise race the committer's rounds and starve their followers:
+    issue 17's bench at W=64, and the first commits of a W=16 run). Without a committer it
+    stays solo."""
+    wh = warehouse(root, cfg=replace(FAST, lease_ms=2_000))  # a look per 100 ms at most
     table = wh.table("t")
     gc = table.group_commit
     assert gc is not None
-    table.submit(AppendOp((_segment(wh, table, 0),)))
-    time.sleep(0.15)  # past lease_ms / 4: the next commit looks, finds no lease
-    table.submit(AppendOp((_segment(wh, table, 0),)))
+    table.submit(AppendOp((_segment(wh, table, 0),)))  # looks (in the background): no lease
+    time.sleep(0.15)
+    table.submit(AppendOp((_segment(wh, table, 0),)))  # looks again: still none
     assert (gc.stats["direct"], gc.stats["followed"]) == (2, 0)
     # Another writer becomes the committer (dead here: the follower helps).
     lease = Lease(table, "other" * 6, 60_000)
-    assert lease.take(lease.read()) is not None
-    table.submit(AppendOp((_segment(wh, table, 0),)))  # looked just now: still solo
+    held = lease.take(lease.read())
+    assert held is not None
+    table.submit(AppendOp((_segment(wh, table, 0),)))  # looked 100 ms ago: no look, solo
     assert (gc.stats["direct"], gc.stats["followed"]) == (3, 0)
     time.sleep(0.15)
+    table.submit(AppendOp((_segment(wh, table, 0),)))  # solo; its look finds the lease
+    assert _eventually(lambda: gc._seen is not None)
+    assert gc._seen is not None and gc._seen.owner == held.owner
     result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
-    assert result.base_offsets == [3]
-    assert (gc.stats["direct"], gc.stats["followed"]) == (3, 1)
+    assert result.base_offsets == [4]
+    assert (gc.stats["direct"], gc.stats["followed"]) == (4, 1)
 
 
-def test_a_solo_writer_that_lost_a_race_looks_for_a_committer_sooner(root: Path) -> None:
-    """Alone, a solo writer looks at the lease once per lease_ms / 4 (a GET on its commit
-    path); once it has lost a race (others write: a committer may be running rounds) it looks
-    once per lease_ms / 20, so it joins a live committer sooner (issue 17: the W=16 tail)."""
-    wh = warehouse(root, cfg=replace(FAST, lease_ms=2_000))  # looks: 500 ms alone, 100 raced
+def test_a_solo_writers_look_for_a_committer_is_off_its_commit_path(root: Path) -> None:
+    """The look is a GET in the background: a writer alone commits without waiting for it
+    (one writer is no slower with group commit than without)."""
+    reading = threading.Event()
+    release = threading.Event()
+
+    class SlowLease(LocalStore):
+        def get(self, key: str) -> StoredObject:
+            if key.endswith("lease.json"):
+                reading.set()
+                release.wait(10)
+            return super().get(key)
+
+    wh = Warehouse(store=SlowLease(str(root)), group_commit=FAST)
     table = wh.table("t")
-    gc = table.group_commit
-    assert gc is not None
-    table.snapshot()  # loaded at version 0
-    other = warehouse(root, cfg=replace(FAST, lease_ms=2_000)).table("t")
-    other.submit(AppendOp((_segment(wh, other, 0),)))  # our handle's snapshot is now stale
-    table.submit(AppendOp((_segment(wh, table, 0),)))  # loses the race once, then commits
-    assert (gc.stats["direct"], gc.stats["followed"]) == (1, 0)
-    lease = Lease(table, "other" * 6, 60_000)
-    assert lease.take(lease.read()) is not None
-    time.sleep(0.15)  # past lease_ms / 20, well before lease_ms / 4
-    result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
-    assert result.base_offsets == [2]
-    assert (gc.stats["direct"], gc.stats["followed"]) == (1, 1)
+    try:
+        started = time.monotonic()
+        result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
+        assert reading.wait(5)  # the look is running (and blocked) ...
+        result2, _ = table.submit(AppendOp((_segment(wh, table, 1),)))
+        # ... and both commits returned without it.
+        assert time.monotonic() - started < 5
+        assert (result.base_offsets, result2.base_offsets) == ([0], [0])
+    finally:
+        release.set()
 
 
 def test_an_operation_only_this_writer_can_plan_does_not_look_for_a_committer(
@@ -311,6 +323,15 @@ def _segment(
     path = table.segment_key(partition, f"{now_ms():013d}-{uuid.uuid4().hex}.parquet")
     wh.store.put_data_file(path, data)
     return PendingBatch(partition, path, 1, len(data), pid, epoch, seq, False, 1, 1)
+
+
+def _eventually(condition: Callable[[], bool], seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _eventually_empty(wh: Warehouse) -> bool:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import random
 import re
 import threading
@@ -92,12 +93,10 @@ LEASE_FORMAT_VERSION = 1
 OUTCOMES_FORMAT_VERSION = 1
 #: Lost races in a row after which a solo writer looks for (or becomes) a committer.
 ESCALATE_AFTER_CONFLICTS = 2
-#: A solo writer looks for a live committer once per lease_ms / this, or once per
-#: lease_ms / LEASE_LOOKS_CONTENDED after it lost a race since its last look (others write:
-#: a committer may be running rounds it races); alone, it looks rarely (each look is a GET
-#: on its commit path).
-LEASE_LOOKS_ALONE = 4
-LEASE_LOOKS_CONTENDED = 20
+#: A solo writer looks for a live committer once per lease_ms / LEASE_LOOKS, in the
+#: background (one GET off its commit path, so that one writer is no slower); the look
+#: serves its next commit.
+LEASE_LOOKS = 20
 #: A committer with nothing to do LISTs the intents this often at first, then less often.
 IDLE_LIST_S = 0.005
 IDLE_LIST_MAX_S = 0.05
@@ -340,10 +339,8 @@ class GroupCommit:
         #: The last lease seen held by another writer (a follower trusts it until expiry).
         self._seen: LeaseState | None = None
         self._conflicts = 0
-        #: Whether a solo commit lost a race since the last look for a committer.
-        self._raced = False
         #: When this handle, committing solo, last looked for a committer (monotonic s).
-        self._lease_looked = time.monotonic()
+        self._lease_looked = -math.inf
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
         self._pool: ThreadPoolExecutor | None = None
         self._deleting: set[str] = set()  # intent keys being deleted
@@ -474,7 +471,9 @@ class GroupCommit:
                 return "committer"
             seen = self._seen
         if seen is None:
-            return "follower" if look and self._committer_elected() else "solo"
+            if look:
+                self._look_for_committer()
+            return "solo"
         if not seen.live(now_ms()):
             # The lease we followed has expired by its own clock: it may have been renewed
             # since (one GET per lease period), or its committer stepped down.
@@ -484,22 +483,39 @@ class GroupCommit:
                 return "solo"
         return "follower"
 
-    def _committer_elected(self) -> bool:
-        """Whether another writer holds a live lease, looked at once per ``lease_ms / 4``
-        while committing solo (one GET), once per ``lease_ms / 20`` after a lost race. A solo
-        writer that keeps winning its races never escalates; without this look it would race
-        the committer's rounds (each a version for many writers) with its own versions and
-        starve the writers that follow."""
-        looks = LEASE_LOOKS_CONTENDED if self._raced else LEASE_LOOKS_ALONE
-        if time.monotonic() - self._lease_looked < self.cfg.lease_ms / 1000 / looks:
-            return False
-        self._lease_looked = time.monotonic()
-        self._raced = False
-        current = self.lease.read()
+    def _look_for_committer(self) -> None:
+        """Once per ``lease_ms / LEASE_LOOKS`` while committing solo, read the lease in the
+        background; a live one held by another writer makes the next commit a follower's.
+
+        A solo writer that keeps winning its races never escalates; without the look it
+        would race a committer's rounds (each a version for many writers) with its own
+        versions, and each round it wins from the committer delays every follower (issue 17:
+        at the start of a W=16 run one writer won 17 versions in a row, the committer's
+        round lost 7 times and every follower's first commit took ~1 s). In the background,
+        so that a writer alone pays no round trip for it.
+        """
+        now = time.monotonic()
+        if now - self._lease_looked < self.cfg.lease_ms / 1000 / LEASE_LOOKS:
+            return
+        self._lease_looked = now
+        try:
+            self._executor().submit(self._look)
+        except RuntimeError:  # the interpreter is shutting down
+            pass
+
+    def _look(self) -> None:
+        try:
+            current = self.lease.read()
+        except (StorageError, OSError, UnsupportedProtocolError) as e:
+            # Only a hint is lost: the writer goes on racing alone and looks again later;
+            # escalating after lost races reads the lease on the commit path and raises.
+            _log.debug("%s: lease not read (%s)", self.table.name, e)
+            return
         if current is None or current.owner == self.id or not current.live(now_ms()):
-            return False
-        self._seen = current
-        return True
+            return
+        with self._lock:
+            if self._seen is None and self._committer is None:
+                self._seen = current
 
     def _escalate(self, force: bool) -> None:
         """After lost races: follow a live committer, or become the committer (``force``:
@@ -571,7 +587,6 @@ class GroupCommit:
                 continue
             outage = None
             self._conflicts += 1
-            self._raced = True
             if self._conflicts >= ESCALATE_AFTER_CONFLICTS:
                 self._conflicts = 0
                 return None
