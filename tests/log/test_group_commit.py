@@ -405,3 +405,20 @@ def test_a_waiting_writer_parses_only_a_record_that_names_its_intent(
     wh.store.put(outcomes_key("t"), json.dumps(old).encode())
     assert follower._from_record(mine) == (None, 9)
     assert len(parsed) == 2
+
+
+def test_solo_writers_of_many_tables_share_the_threads_that_look_for_committers(
+    tmp_path: Path,
+) -> None:
+    """A writer of 12 tables, each committed alone: the background looks at the leases run
+    on one small pool of the process, no thread per table."""
+    wh = Warehouse(store=LocalStore(str(tmp_path)), group_commit=FAST)
+    before = {t.ident for t in threading.enumerate()}
+    for i in range(12):
+        wh.create_table(f"t{i}", partitions=1)
+        table = wh.table(f"t{i}")
+        table.submit(AppendOp((_segment(wh, table, 0),)))
+    names = [t.name for t in threading.enumerate()]
+    assert sum(n.startswith("txntable-lease-look") for n in names) <= 2
+    started = [t.name for t in threading.enumerate() if t.ident not in before]
+    assert not any(n.startswith("txntable-commit") for n in started), started

@@ -499,7 +499,7 @@ class GroupCommit:
             return
         self._lease_looked = now
         try:
-            self._executor().submit(self._look)
+            _lookers().submit(self._look)
         except RuntimeError:  # the interpreter is shutting down
             pass
 
@@ -1082,6 +1082,19 @@ class GroupCommit:
 _LIVE: weakref.WeakSet[GroupCommit] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()
 _exit_hook = False
+
+
+#: Runs solo writers' looks at the lease: shared by every handle of the process, so that a
+#: producer writing to many tables does not hold a thread per table for them.
+_LOOKERS: ThreadPoolExecutor | None = None
+
+
+def _lookers() -> ThreadPoolExecutor:
+    global _LOOKERS
+    with _LIVE_LOCK:
+        if _LOOKERS is None:
+            _LOOKERS = ThreadPoolExecutor(2, thread_name_prefix="txntable-lease-look")
+        return _LOOKERS
 
 
 def _stop_all() -> None:
