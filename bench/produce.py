@@ -22,6 +22,7 @@ printed with the ratios (throughput, > 1: txntable is faster), and the same rati
 time per record (every thread of this process: moved less than wall time by other
 processes on a loaded machine, but blind to parallelism). Run:
 ``python bench/produce.py [--rounds 5] [--shapes segment,kv,text] [--no-send]``
+(``--shapes ''``: the ``send()`` case alone)
 (needs the ``bench`` extra, delta-rs: ``pip install -e '.[bench]'``).
 """
 
@@ -201,7 +202,7 @@ def main() -> None:
     cases: dict[str, Callable[[str], None]] = {}
     records: dict[str, int] = {}
     pairs: list[tuple[str, str]] = []
-    for shape in args.shapes.split(","):
+    for shape in [s for s in args.shapes.split(",") if s]:  # --shapes '': send() only
         n = args.records if shape == "segment" else args.kv_records
         data = make_data(shape, n)
         mb = (data.column("key").nbytes + data.column("value").nbytes) / 1e6
