@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from txntable import Producer, Warehouse
 from txntable.producer.partitioner import partitions_for_keys
+from txntable.protocol.actions import Batch
 from txntable.protocol.records import SEGMENT_SCHEMA
 
 PARTITIONS = 8
@@ -188,6 +189,22 @@ def timed(fn: Callable[[str], None]) -> tuple[float, float]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def segments_and_versions(fn: Callable[[str], None]) -> tuple[int, int]:
+    """Segments (batches) and log versions of table ``t`` after ``fn`` (an untimed run):
+    how the producer cut the transactions into rounds."""
+    root = tempfile.mkdtemp(prefix="txntable-bench-")
+    try:
+        fn(root)
+        log = Warehouse(f"file://{root}/lake").table("t").log
+        batches = versions = 0
+        while (actions := log.read_version(versions)) is not None:
+            batches += sum(isinstance(a, Batch) for a in actions)
+            versions += 1
+        return batches, versions
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="segment shape")
@@ -245,6 +262,11 @@ def main() -> None:
             f"{a} / {b}: {rate[a] / rate[b]:.2f}x "
             f"(CPU: {cpu[b] / records[b] / (cpu[a] / records[a]):.2f}x)"
         )
+    for name in cases:
+        if name.startswith("send"):
+            segments, versions = segments_and_versions(cases[name])
+            print(f"{name}: {segments} segments, {versions} log versions (with the table's "
+                  f"creation) for {TXNS} transactions")  # fmt: skip
 
 
 if __name__ == "__main__":
