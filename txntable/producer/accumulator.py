@@ -95,11 +95,6 @@ class ThreadColumns:
         self.check_at = 0
         self.tag = slot << 32  # handles number this thread's rows ``slot << 32 | index``
 
-    @property
-    def slot(self) -> int:
-        """This thread's slot: the order of its rows in the batch."""
-        return self.tag >> 32
-
     def stamps(self) -> np.ndarray:
         """Every row's timestamp in milliseconds (int64), as ``int(time.time() * 1000)``
         at its ``send`` would have been, or the explicit one."""
