@@ -412,6 +412,15 @@ def test_record_futures(wh: Warehouse, make_producer: MakeProducer) -> None:
     assert errors == [lost.exception()]
 
 
+def run_in_threads(work: Callable[[int], None], threads: int) -> None:
+    """Run ``work(t)`` for t in range(threads), each on its own thread, and wait for all."""
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
 def test_sends_from_many_threads_while_the_sender_seals(
     wh: Warehouse, make_producer: MakeProducer
 ) -> None:
@@ -426,11 +435,7 @@ def test_sends_from_many_threads_while_the_sender_seals(
             key = b"t%d-%d" % (t, i)
             handles[key] = p.send("t", value=key[::-1], key=key)
 
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    run_in_threads(work, threads)
     p.flush()
     rows = read_back(wh, "t")
     assert len(rows) == per_thread * threads
@@ -473,11 +478,7 @@ def test_sparse_partitions_timestamps_and_headers_stay_with_their_rows_across_th
                 "t", value=key, key=key, partition=partition, headers=headers, timestamp=stamp
             )
 
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    run_in_threads(work, threads)
     p.flush()
     after = int(time.time() * 1000)
     rows = {k: (part, ts, list(h)) for part, _, k, _, h, ts in read_back(wh, "t")}
