@@ -590,6 +590,8 @@ class RecordAccumulator:
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
         """
         ident = _get_ident()
+        # The send time is read before a wait for memory, as Kafka's producer does.
+        clock = _now() if timestamp is None else 0.0
         while True:
             columns = self._open.get(topic)
             if columns is None or columns.budget < row_memory:
@@ -605,10 +607,8 @@ class RecordAccumulator:
             index = len(mine.keys)
             mine.keys.append(key)
             mine.values.append(value)
-            if timestamp is None:
-                mine.clock.append(_now())
-            else:
-                mine.clock.append(0.0)
+            mine.clock.append(clock)
+            if timestamp is not None:
                 mine.timestamps[index] = timestamp
             if partition >= 0:
                 mine.partitions[index] = partition
