@@ -22,6 +22,7 @@ printed with the ratios (throughput, > 1: txntable is faster), and the same rati
 time per record (every thread of this process: moved less than wall time by other
 processes on a loaded machine, but blind to parallelism). Run:
 ``python bench/produce.py [--rounds 5] [--shapes segment,kv,text] [--no-send]``
+(``--shapes ''``: the ``send()`` case alone)
 (needs the ``bench`` extra, delta-rs: ``pip install -e '.[bench]'``).
 """
 
@@ -43,6 +44,7 @@ import pyarrow.parquet as pq
 
 from txntable import Producer, Warehouse
 from txntable.producer.partitioner import partitions_for_keys
+from txntable.protocol.actions import Batch
 from txntable.protocol.records import SEGMENT_SCHEMA
 
 PARTITIONS = 8
@@ -187,6 +189,22 @@ def timed(fn: Callable[[str], None]) -> tuple[float, float]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def segments_and_versions(fn: Callable[[str], None]) -> tuple[int, int]:
+    """Segments (batches) and log versions of table ``t`` after ``fn`` (an untimed run):
+    how the producer cut the transactions into rounds."""
+    root = tempfile.mkdtemp(prefix="txntable-bench-")
+    try:
+        fn(root)
+        log = Warehouse(f"file://{root}/lake").table("t").log
+        batches = versions = 0
+        while (actions := log.read_version(versions)) is not None:
+            batches += sum(isinstance(a, Batch) for a in actions)
+            versions += 1
+        return batches, versions
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="segment shape")
@@ -201,7 +219,7 @@ def main() -> None:
     cases: dict[str, Callable[[str], None]] = {}
     records: dict[str, int] = {}
     pairs: list[tuple[str, str]] = []
-    for shape in args.shapes.split(","):
+    for shape in [s for s in args.shapes.split(",") if s]:  # --shapes '': send() only
         n = args.records if shape == "segment" else args.kv_records
         data = make_data(shape, n)
         mb = (data.column("key").nbytes + data.column("value").nbytes) / 1e6
@@ -244,6 +262,11 @@ def main() -> None:
             f"{a} / {b}: {rate[a] / rate[b]:.2f}x "
             f"(CPU: {cpu[b] / records[b] / (cpu[a] / records[a]):.2f}x)"
         )
+    for name in cases:
+        if name.startswith("send"):
+            segments, versions = segments_and_versions(cases[name])
+            print(f"{name}: {segments} segments, {versions} log versions (with the table's "
+                  f"creation) for {TXNS} transactions")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from txntable import (
 )
 from txntable.errors import InvalidTxnStateError
 from txntable.protocol.actions import Batch, Marker
+from txntable.storage.wrappers import LatencyStore
 
 MakeProducer = Callable[..., Producer]
 TP = TopicPartition("t", 0)
@@ -26,6 +27,23 @@ TP = TopicPartition("t", 0)
 def t(wh: Warehouse) -> Warehouse:
     wh.create_table("t", partitions=2)
     return wh
+
+
+def test_a_send_that_waits_for_memory_is_stamped_when_it_was_called(
+    t: Warehouse, make_producer: MakeProducer
+) -> None:
+    """The send time is read before ``send`` blocks on a full buffer (Kafka's producer takes
+    it before waiting for memory): a record that waited is not stamped with when it got in."""
+    slow = Warehouse(store=LatencyStore(t.store, latency_ms=150))  # a round: >= 300 ms
+    p = make_producer(slow, linger_ms=600_000, batch_size=1 << 30, buffer_memory=64 * 1024)
+    p.send("t", value=b"x" * 40_000, partition=0)  # most of the buffer
+    called = int(time.time() * 1000)
+    waited = p.send("t", value=b"y" * 40_000, partition=0)  # waits for the round to free it
+    returned = int(time.time() * 1000)
+    assert returned - called >= 250  # it did wait
+    p.flush()
+    # Stamped at the call, not when the wait ended (the midpoint: robust to a slow machine).
+    assert called <= waited.result(timeout=30).timestamp <= called + (returned - called) // 2
 
 
 def test_record_fields_round_trip(t: Warehouse, make_producer: MakeProducer) -> None:

@@ -412,6 +412,15 @@ def test_record_futures(wh: Warehouse, make_producer: MakeProducer) -> None:
     assert errors == [lost.exception()]
 
 
+def run_in_threads(work: Callable[[int], None], threads: int) -> None:
+    """Run ``work(t)`` for t in range(threads), each on its own thread, and wait for all."""
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
 def test_sends_from_many_threads_while_the_sender_seals(
     wh: Warehouse, make_producer: MakeProducer
 ) -> None:
@@ -426,11 +435,7 @@ def test_sends_from_many_threads_while_the_sender_seals(
             key = b"t%d-%d" % (t, i)
             handles[key] = p.send("t", value=key[::-1], key=key)
 
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    run_in_threads(work, threads)
     p.flush()
     rows = read_back(wh, "t")
     assert len(rows) == per_thread * threads
@@ -447,3 +452,45 @@ def test_sends_from_many_threads_while_the_sender_seals(
                 by_partition.setdefault(part, []).append(int(k.split(b"-")[1]))
         for sent_order in by_partition.values():
             assert sent_order == sorted(sent_order)
+
+
+def test_sparse_partitions_timestamps_and_headers_stay_with_their_rows_across_threads(
+    wh: Warehouse, make_producer: MakeProducer
+) -> None:
+    """Explicit partitions, timestamps and headers are kept only for the records that have
+    them (not as a column per record): each stays with its own row, whichever thread sent
+    it and however the seals cut the threads' lists; the others get the clock at send()."""
+    wh.create_table("t", partitions=3)
+    p = make_producer(wh, linger_ms=0, batch_size=1)  # the sender seals all the time
+    per_thread, threads = 800, 3
+    expected: dict[bytes, tuple[int | None, int | None, list[tuple[str, bytes]]]] = {}
+    handles: dict[bytes, object] = {}
+    before = int(time.time() * 1000)
+
+    def work(t: int) -> None:
+        for i in range(per_thread):
+            key = b"t%d-%d" % (t, i)
+            partition = (t + i) % 3 if i % 3 == 0 else None
+            stamp = 1_000_000 + t * 10_000 + i if i % 5 == 0 else None
+            headers = [("h", key)] if i % 7 == 0 else []
+            expected[key] = (partition, stamp, headers)
+            handles[key] = p.send(
+                "t", value=key, key=key, partition=partition, headers=headers, timestamp=stamp
+            )
+
+    run_in_threads(work, threads)
+    p.flush()
+    after = int(time.time() * 1000)
+    rows = {k: (part, ts, list(h)) for part, _, k, _, h, ts in read_back(wh, "t")}
+    assert len(rows) == per_thread * threads
+    for key, (partition, stamp, headers) in expected.items():
+        got_partition, got_stamp, got_headers = rows[key]
+        md = handles[key].result(timeout=10)  # type: ignore[attr-defined]
+        assert (md.partition, md.timestamp) == (got_partition, got_stamp)
+        if partition is not None:
+            assert got_partition == partition
+        if stamp is not None:
+            assert got_stamp == stamp
+        else:
+            assert before <= got_stamp <= after
+        assert got_headers == headers

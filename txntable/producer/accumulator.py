@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from threading import get_ident as _get_ident
+from time import time as _now
 from typing import Any
 
 import numpy as np
@@ -59,8 +60,9 @@ from txntable.structs import (
 _log = logging.getLogger(__name__)
 
 #: Memory a record sent with ``send`` costs beyond its record bytes while it waits as
-#: Python objects: two ``bytes`` headers (33 B each), four list slots (8 B each, with the
-#: lists' growth slack) and its timestamp's ``int`` (32 B).
+#: Python objects: two ``bytes`` headers (33 B each), three list slots (8 B each, with the
+#: lists' growth slack) and the ``float`` of its send time (24 B), rounded up to leave room
+#: for the sparse entries of the rare record with an explicit partition or timestamp.
 PY_RECORD_OVERHEAD = 140
 #: Memory per queued row beyond its Arrow buffers: its record size and row number (int64
 #: each), and its batch's partition, offset and timestamp slots.
@@ -68,19 +70,49 @@ ROW_BOOKKEEPING = 36
 
 
 class ThreadColumns:
-    """One sending thread's records of a :class:`RecordColumns`: plain column lists."""
+    """One sending thread's records of a :class:`RecordColumns`: plain column lists.
 
-    __slots__ = ("keys", "values", "timestamps", "partitions", "headers", "record_bytes",
-                 "slot")  # fmt: skip
+    Only what every record has gets a list entry (key, value, the clock at ``send``);
+    explicit partitions, timestamps and headers are sparse, by row, since most records
+    have none. ``check_at`` is the record bytes at which ``append`` next leaves its fast
+    path: the first record (a new linger deadline), ``batch_size`` (wake the sender), and
+    the seal threshold.
+    """
+
+    __slots__ = ("keys", "values", "clock", "partitions", "timestamps", "headers",
+                 "record_bytes", "check_at", "tag")  # fmt: skip
 
     def __init__(self, slot: int) -> None:
         self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.timestamps: list[int] = []
-        self.partitions: list[int] = []  # -1: choose by key
+        self.values: list[Any] = []
+        #: ``time.time()`` at each ``send`` without a timestamp (0.0 for the others):
+        #: converted to milliseconds per batch, not per record.
+        self.clock: list[float] = []
+        self.partitions: dict[int, int] = {}  # sparse: explicit partitions (else by key)
+        self.timestamps: dict[int, int] = {}  # sparse: explicit timestamps (ms)
         self.headers: dict[int, tuple[Header, ...]] = {}  # sparse: most records have none
         self.record_bytes = 0
-        self.slot = slot  # handles number this thread's rows ``slot << 32 | index``
+        self.check_at = 0
+        self.tag = slot << 32  # handles number this thread's rows ``slot << 32 | index``
+
+    def stamps(self) -> np.ndarray:
+        """Every row's timestamp in milliseconds (int64), as ``int(time.time() * 1000)``
+        at its ``send`` would have been, or the explicit one."""
+        clock = np.array(self.clock, dtype=np.float64)
+        clock *= 1000
+        stamps = clock.astype(np.int64)  # truncates, as int() of a positive float does
+        if self.timestamps:
+            rows = np.fromiter(self.timestamps.keys(), np.int64, len(self.timestamps))
+            stamps[rows] = np.fromiter(self.timestamps.values(), np.int64, len(rows))
+        return stamps
+
+    def explicit(self) -> np.ndarray:
+        """Every row's explicit partition, -1 where it is chosen by key (int32)."""
+        out = np.full(len(self.keys), -1, dtype=np.int32)
+        if self.partitions:
+            rows = np.fromiter(self.partitions.keys(), np.int64, len(self.partitions))
+            out[rows] = np.fromiter(self.partitions.values(), np.int32, len(rows))
+        return out
 
 
 class RecordColumns:
@@ -111,6 +143,10 @@ class RecordColumns:
             columns = self.threads[ident] = ThreadColumns(next(self.slots))
         return columns
 
+    def parts(self) -> list[ThreadColumns]:
+        """Every thread's lists, in slot order (the rows' order in the batch)."""
+        return sorted(self.threads.values(), key=lambda t: t.tag)
+
     def __len__(self) -> int:
         return sum(len(t.keys) for t in tuple(self.threads.values()))
 
@@ -133,19 +169,17 @@ class RecordColumns:
         while self.inside:
             time.sleep(0)  # an appender needs the GIL for a few bytecodes
 
-    def columns(self) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
+    def columns(self) -> tuple[pa.Table, np.ndarray, np.ndarray | None, list[int]]:
         """The closed records as one Arrow table in the segment schema, their timestamps,
-        their explicit partitions (-1: by key) and each thread slot's first row. No per-row
-        Python code unless records carry headers."""
-        parts = sorted(self.threads.values(), key=lambda t: t.slot)
+        their explicit partitions (-1: by key; ``None`` if no record has one) and each
+        thread slot's first row. No per-row Python code unless records carry headers."""
+        parts = self.parts()
         if len(parts) == 1:
             (one,) = parts
-            keys, values, stamps, explicit = one.keys, one.values, one.timestamps, one.partitions
+            keys, values = one.keys, one.values
         else:
             keys = [k for t in parts for k in t.keys]
             values = [v for t in parts for v in t.values]
-            stamps = [x for t in parts for x in t.timestamps]
-            explicit = [p for t in parts for p in t.partitions]
         bases = list(itertools.accumulate((len(t.keys) for t in parts), initial=0))[:-1]
         n = len(keys)
         if any(t.headers for t in parts):
@@ -158,7 +192,7 @@ class RecordColumns:
             header_column = pa.array(rows, HEADERS_TYPE)
         else:
             header_column = empty_headers(n)
-        timestamps = np.array(stamps, dtype=np.int64)
+        timestamps = _joined([t.stamps() for t in parts], np.int64)
         table = pa.table(
             {
                 "key": pa.array(keys, pa.binary()),
@@ -168,7 +202,20 @@ class RecordColumns:
             },
             schema=SEGMENT_SCHEMA,
         )
-        return table, timestamps, np.array(explicit, dtype=np.int32), bases
+        return table, timestamps, explicit_partitions(parts), bases
+
+
+def _joined(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+
+def explicit_partitions(parts: list[ThreadColumns]) -> np.ndarray | None:
+    """The rows' explicit partitions (-1: by key), ``None`` if no row has one."""
+    if not any(t.partitions for t in parts):
+        return None
+    return _joined([t.explicit() for t in parts], np.int32)
 
 
 @dataclass(eq=False)
@@ -390,20 +437,20 @@ def seal(
 
 def typed_columns(
     columns: RecordColumns, layout: TypedLayout
-) -> tuple[pa.Table, np.ndarray, np.ndarray, list[int]]:
+) -> tuple[pa.Table, np.ndarray, np.ndarray | None, list[int]]:
     """:meth:`RecordColumns.columns` for records of a typed table (their values are dicts):
-    segment rows, timestamps, explicit partitions (-1: by key) and each thread's first row.
+    segment rows, timestamps, explicit partitions (-1: by key; ``None``: none) and each
+    thread's first row.
 
     Raises:
         pyarrow.ArrowInvalid: A value ``send`` let through does not convert after all
             (the producer fails the records' futures with a ``SerializationError``).
     """
-    parts = sorted(columns.threads.values(), key=lambda t: t.slot)
+    parts = columns.parts()
     values: list[Any] = [v for t in parts for v in t.values]
-    stamps = np.array([x for t in parts for x in t.timestamps], dtype=np.int64)
-    explicit = np.array([p for t in parts for p in t.partitions], dtype=np.int32)
+    stamps = _joined([t.stamps() for t in parts], np.int64)
     bases = list(itertools.accumulate((len(t.keys) for t in parts), initial=0))[:-1]
-    return layout.rows_table(values, stamps), stamps, explicit, bases
+    return layout.rows_table(values, stamps), stamps, explicit_partitions(parts), bases
 
 
 def segment_rows(segment: ProducerBatch) -> pa.Table:
@@ -527,13 +574,14 @@ class RecordAccumulator:
         topic: str,
         key: bytes | None,
         value: Any,
-        timestamp: int,
+        timestamp: int | None,
         partition: int,
         headers: tuple[Header, ...],
         size: int,
         row_memory: int,
     ) -> FutureRecordMetadata:
-        """Buffer one checked record (``partition`` -1: chosen when sealed).
+        """Buffer one checked record (``partition`` -1: chosen when sealed; ``timestamp``
+        ``None``: now).
 
         The per-record path: no lock, one append per column to this thread's lists, and a
         handle; partitioning, Arrow conversion, futures and memory accounting are per batch.
@@ -542,6 +590,8 @@ class RecordAccumulator:
             BufferExhaustedError: The buffer stayed full for ``max_block_ms``.
         """
         ident = _get_ident()
+        # The send time is read before a wait for memory, as Kafka's producer does.
+        clock = _now() if timestamp is None else 0.0
         while True:
             columns = self._open.get(topic)
             if columns is None or columns.budget < row_memory:
@@ -557,23 +607,30 @@ class RecordAccumulator:
             index = len(mine.keys)
             mine.keys.append(key)
             mine.values.append(value)
-            mine.timestamps.append(timestamp)
-            mine.partitions.append(partition)
+            mine.clock.append(clock)
+            if timestamp is not None:
+                mine.timestamps[index] = timestamp
+            if partition >= 0:
+                mine.partitions[index] = partition
             if headers:
                 mine.headers[index] = headers
-            mine.record_bytes += size
-            buffered = mine.record_bytes
+            mine.record_bytes = buffered = mine.record_bytes + size
             columns.budget -= row_memory  # approximate if threads race; renewed when spent
             inside.pop()
             break
-        if mine.slot:
-            index |= mine.slot << 32
+        if buffered >= mine.check_at:
+            self._passed_check(topic, mine, buffered)
+        return FutureRecordMetadata(columns.result, index | mine.tag)
+
+    def _passed_check(self, topic: str, mine: ThreadColumns, buffered: int) -> None:
+        """``append`` past ``mine.check_at``: a first record (a new linger deadline) or a
+        full batch wakes the sender; at the seal threshold the table's records are sealed."""
         if buffered >= self._seal_bytes:
             self.seal(topic)
-        if index == 0 or (buffered >= self.batch_size > buffered - size):
-            with self._cond:  # a new linger deadline, or a full batch: wake the sender
-                self._cond.notify_all()
-        return FutureRecordMetadata(columns.result, index)
+        seal_bytes, batch_size = self._seal_bytes, self.batch_size
+        mine.check_at = min(batch_size, seal_bytes) if buffered < batch_size else seal_bytes
+        with self._cond:
+            self._cond.notify_all()
 
     def append_rows(
         self,
@@ -776,7 +833,7 @@ class RecordAccumulator:
             result.bases = bases
             partitions = choose_partitions(
                 self._metadata.keys(topic, table),
-                explicit if (explicit >= 0).any() else None,
+                explicit,
                 sizes,
                 topic,
                 self._metadata.partition_count(topic),

@@ -64,6 +64,7 @@ from txntable.txn.coordinator import TransactionCoordinator
 from txntable.warehouse import Warehouse, require_warehouse
 
 _C = ClientTxnState
+_IN_TRANSACTION = ClientTxnState.IN_TRANSACTION
 _log = logging.getLogger(__name__)
 
 
@@ -187,6 +188,8 @@ class Producer:
         self.delivery_timeout_ms = delivery_timeout_ms
         # Records larger than this are refused (they could never be buffered or sent).
         self._record_limit = min(max_request_size, buffer_memory)
+        #: Partition counts of the tables of Kafka's records sent to (``send``'s hot path).
+        self._plain_partitions: dict[str, int] = {}
         self._retries = Retries(delivery_timeout_ms, max_block_ms)
         self.metadata = ProducerMetadata(warehouse, self._retries)
         self.transaction_manager = TransactionManager(
@@ -392,8 +395,8 @@ class Producer:
         if accumulator.closed or self.sender.error is not None:
             self._check_usable()
         txn = self.transaction_manager
-        if txn.transactional_id is not None and txn.state is not _C.IN_TRANSACTION:
-            txn.require("send", _C.IN_TRANSACTION)
+        if txn.transactional_id is not None and txn.state is not _IN_TRANSACTION:
+            txn.require("send", _IN_TRANSACTION)
         size = RECORD_OVERHEAD
         if value is not None:
             if value.__class__ is not bytes:
@@ -409,20 +412,19 @@ class Producer:
         if headers:
             pairs, header_bytes = _check_headers(headers)
             size += header_bytes
-        if timestamp is None:
-            timestamp = int(_time() * 1000)
-        elif timestamp.__class__ is not int or timestamp < 0:
+        # No timestamp: the accumulator reads the clock (one float per record, converted
+        # to milliseconds per batch).
+        if timestamp is not None and (timestamp.__class__ is not int or timestamp < 0):
             raise SerializationError("timestamp must be a non-negative int of milliseconds")
         if topic.__class__ is not str or (partition is not None and partition.__class__ is not int):
             _check_target(topic, partition)
         if size > self._record_limit:
             raise self._too_large(size)
-        metadata = self.metadata
-        num_partitions = metadata.partition_counts.get(topic) or metadata.partition_count(topic)
-        if topic in metadata.typed:
-            raise SerializationError(
-                f"table {topic} has a record schema: send its record as a dict of columns"
-            )
+        # One look-up for a table of Kafka's records already loaded; else load it, and
+        # refuse a typed table's.
+        num_partitions = self._plain_partitions.get(topic)
+        if num_partitions is None:
+            num_partitions = self._plain_partition_count(topic)
         if partition is None:
             partition = -1
         elif not 0 <= partition < num_partitions:
@@ -430,6 +432,23 @@ class Producer:
         return accumulator.append(
             topic, key, value, timestamp, partition, pairs, size, size + PY_RECORD_OVERHEAD
         )
+
+    def _plain_partition_count(self, topic: str) -> int:
+        """The partition count of ``topic``, a table of Kafka's records (loaded now if it
+        is not yet).
+
+        Raises:
+            SerializationError: The table has a record schema.
+            KafkaTimeoutError: The table's first load kept failing for ``max_block_ms``.
+        """
+        metadata = self.metadata
+        num_partitions = metadata.partition_count(topic)
+        if topic in metadata.typed:
+            raise SerializationError(
+                f"table {topic} has a record schema: send its record as a dict of columns"
+            )
+        self._plain_partitions[topic] = num_partitions
+        return num_partitions
 
     def _send_typed(
         self,
@@ -453,9 +472,7 @@ class Producer:
                 "a typed table's record has no key or headers argument: its key is its key "
                 "columns"
             )
-        if timestamp is None:
-            timestamp = int(_time() * 1000)
-        elif timestamp.__class__ is not int or timestamp < 0:
+        if timestamp is not None and (timestamp.__class__ is not int or timestamp < 0):
             raise SerializationError("timestamp must be a non-negative int of milliseconds")
         if topic.__class__ is not str or (partition is not None and partition.__class__ is not int):
             _check_target(topic, partition)
