@@ -259,6 +259,7 @@ def _result_from_json(op: Operation, body: Any) -> Any:
 
 
 _DIGITS = re.compile(rb"-?[0-9]+")
+_DIGITS_TEXT = re.compile(r"-?[0-9]+")
 
 
 def _record_tip(data: bytes) -> int | None:
@@ -270,6 +271,38 @@ def _record_tip(data: bytes) -> int | None:
         return None
     digits = _DIGITS.match(data, at + 6)
     return int(digits.group()) if digits is not None else None
+
+
+_ENTRY = json.JSONDecoder(parse_constant=lambda name: _refuse(name))
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _record_entry(data: bytes, intent_id: str) -> tuple[int, list[Any]] | None:
+    """The version and ``[error, message, result]`` of ``intent_id`` in an outcome record
+    written with ``tip`` (sorted keys, so a round is ``{"intents":{…},"version":N}``), or
+    ``None`` if the record does not name it. Decodes only that entry: the first
+    ``"version":`` after it is its round's (strings escape their quotes, and results have no
+    such key).
+
+    Raises:
+        ValueError: The bytes at the entry are not what the writer writes.
+    """
+    key = f'"{intent_id}":'
+    if key.encode() not in data:
+        return None
+    text = data.decode()
+    at = text.find(key)
+    entry, end = _ENTRY.raw_decode(text, at + len(key))
+    if not isinstance(entry, list):
+        raise ValueError("outcome entry is not a list")
+    version_at = text.find('"version":', end)
+    digits = _DIGITS_TEXT.match(text, version_at + 10) if version_at >= 0 else None
+    if digits is None:
+        raise ValueError("outcome entry has no round version")
+    return int(digits.group()), entry
 
 
 def _parse_record(data: bytes) -> dict[int, dict[str, list[Any]]]:
@@ -1014,10 +1047,14 @@ class GroupCommit:
             tip = seen_tip if data == seen else _record_tip(data)
             if data != seen:
                 rounds = None
-            if rounds is None and (tip is None or intent.id.encode() in data):
-                # Parsed only when it may name the intent (or has no tip): a record holds
-                # every writer's outcomes of many rounds, and every waiting writer looks.
-                rounds = _parse_record(data)
+            found: tuple[int, list[Any]] | None = None
+            if rounds is None and tip is not None:
+                # Most looks: the record does not name the intent (a byte search), or names
+                # it once — then only its entry and its round's version are decoded (a record
+                # holds every writer's outcomes of 16 rounds, and every waiting writer looks).
+                found = _record_entry(data, intent.id)
+            elif rounds is None:
+                rounds = _parse_record(data)  # no tip: written by an older client
                 tip = max(rounds, default=-1)
         except (ObjectNotFoundError, TransientStorageError):
             return None, -1
@@ -1027,18 +1064,19 @@ class GroupCommit:
             return None, -1
         self._seen_record = (data, rounds, tip)
         self._tip_hint = max(self._tip_hint, tip)
-        if rounds is None:
+        if found is None and rounds is not None:
+            found = next(
+                ((v, d[intent.id]) for v, d in rounds.items() if intent.id in d), None
+            )
+        if found is None:
             return None, tip
-        for version, decided in rounds.items():
-            entry = decided.get(intent.id)
-            if entry is not None:
-                try:
-                    error, message, result = entry
-                    value = None if error is not None else _result_from_json(intent.op, result)
-                except (ValueError, KeyError, TypeError):
-                    return None, tip
-                return (error, str(message), value, version), tip
-        return None, tip
+        version, entry = found
+        try:
+            error, message, result = entry
+            value = None if error is not None else _result_from_json(intent.op, result)
+        except (ValueError, KeyError, TypeError):
+            return None, tip
+        return (error, str(message), value, version), tip
 
     def _from_log(self, intent: Intent, outcome: IntentOutcome) -> tuple[Any, str, Any, int]:
         if outcome.error is not None:
