@@ -433,3 +433,19 @@ def test_solo_writers_of_many_tables_share_the_threads_that_look_for_committers(
     assert sum(n.startswith("txntable-lease-look") for n in names) <= 2
     started = [t.name for t in threading.enumerate() if t.ident not in before]
     assert not any(n.startswith("txntable-commit") for n in started), started
+
+
+@pytest.mark.parametrize(
+    "entry", ['[null,"",{"baseOffsets":[0],"baseOffsets":[5]}]', '[null,"",NaN]']
+)
+def test_an_outcome_entry_that_is_not_strict_json_is_not_trusted(root: Path, entry: str) -> None:
+    """The one entry a waiting writer decodes is held to the log's JSON rules (no key twice,
+    no NaN): a damaged hint teaches nothing, and the log decides instead."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    follower = table.group_commit
+    assert follower is not None
+    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    body = f'{{"rounds":[{{"intents":{{"{mine.id}":{entry}}},"version":8}}],"tip":8,"version":1}}'
+    wh.store.put(outcomes_key("t"), body.encode())
+    assert follower._from_record(mine) == (None, -1)

@@ -69,6 +69,7 @@ from txntable.protocol.actions import (
     IntentOutcome,
     Marker,
     check_protocol,
+    decode_strict_at,
     loads_strict,
 )
 from txntable.protocol.append import AppendResult
@@ -273,13 +274,6 @@ def _record_tip(data: bytes) -> int | None:
     return int(digits.group()) if digits is not None else None
 
 
-_ENTRY = json.JSONDecoder(parse_constant=lambda name: _refuse(name))
-
-
-def _refuse(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _record_entry(data: bytes, intent_id: str) -> tuple[int, list[Any]] | None:
     """The version and ``[error, message, result]`` of ``intent_id`` in an outcome record
     written with ``tip`` (sorted keys, so a round is ``{"intents":{…},"version":N}``), or
@@ -295,7 +289,7 @@ def _record_entry(data: bytes, intent_id: str) -> tuple[int, list[Any]] | None:
         return None
     text = data.decode()
     at = text.find(key)
-    entry, end = _ENTRY.raw_decode(text, at + len(key))
+    entry, end = decode_strict_at(text, at + len(key))
     if not isinstance(entry, list):
         raise ValueError("outcome entry is not a list")
     version_at = text.find('"version":', end)

@@ -398,6 +398,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+
+
 def loads_strict(data: str | bytes) -> Any:
     """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``-Infinity``, and an object
     with a key twice.
@@ -410,6 +413,16 @@ def loads_strict(data: str | bytes) -> Any:
         ValueError: If ``data`` is not valid JSON.
     """
     return json.loads(data, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+
+
+def decode_strict_at(text: str, index: int) -> tuple[Any, int]:
+    """The JSON value starting at ``text[index]`` and the index after it, as strict as
+    :func:`loads_strict` (to decode one value out of a larger document without the rest).
+
+    Raises:
+        ValueError: If no valid JSON value starts there.
+    """
+    return _STRICT.raw_decode(text, index)
 
 
 def _check_type(name: str, key: str, value: Any, annotation: str, path: str | None) -> None:
