@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from tableutil import MANUAL_FLUSH
@@ -202,17 +203,27 @@ def test_a_one_log_commit_that_beat_the_new_instance_is_kept(
     assert [m.type for m in markers(wh.table("a"))] == ["COMMIT", "ABORT"]  # the fence last
 
 
-def test_a_rotated_producer_id_fences_the_old_one_at_the_last_epoch(
-    two_tables: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def at_last_epoch_but_one(
+    wh: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch, **state: Any
+) -> Producer:
+    """Producer "tx" after a one-log commit to table a, its coordinator object moved to
+    epoch 2 (with ``state``) where 3 is the last: the next InitProducerId rotates the id."""
     monkeypatch.setattr(coordinator_module, "MAX_PRODUCER_EPOCH", 3)
-    wh = two_tables
     old = make_producer(wh, transactional_id="tx")
     old.init_transactions()
     one_log(old, "a", b"a0")
-    coordinator = TransactionCoordinator(wh.store)
     current, etag = meta(wh)
-    coordinator.cas(coordinator_module.replace(current, producer_epoch=2), etag)
+    TransactionCoordinator(wh.store).cas(
+        coordinator_module.replace(current, producer_epoch=2, **state), etag
+    )
+    return old
+
+
+def test_a_rotated_producer_id_fences_the_old_one_at_the_last_epoch(
+    two_tables: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wh = two_tables
+    old = at_last_epoch_but_one(wh, make_producer, monkeypatch)
     new = make_producer(Warehouse(wh.url), transactional_id="tx")
     new.init_transactions()  # epoch 3 is the reserved one: a new producer id
     assert new.producer_id != old.producer_id and new.producer_epoch == 0
@@ -226,17 +237,10 @@ def test_a_rotation_while_completing_the_old_transaction_fences_the_old_id(
     """The previous instance left a prepared transaction at its last epoch: completing it
     rotates the producer id before InitProducerId bumps, and the fence must still name the
     id the zombie holds (not the new one)."""
-    monkeypatch.setattr(coordinator_module, "MAX_PRODUCER_EPOCH", 3)
     wh = two_tables
-    old = make_producer(wh, transactional_id="tx")
-    old.init_transactions()
-    one_log(old, "a", b"a0")
-    coordinator = TransactionCoordinator(wh.store)
-    current, etag = meta(wh)
-    prepared = coordinator_module.replace(
-        current, producer_epoch=2, state=TxnState.PREPARE_COMMIT, partitions={"b": (0,)}
+    old = at_last_epoch_but_one(
+        wh, make_producer, monkeypatch, state=TxnState.PREPARE_COMMIT, partitions={"b": (0,)}
     )
-    coordinator.cas(prepared, etag)
     new = make_producer(Warehouse(wh.url), transactional_id="tx")
     new.init_transactions()
     assert new.producer_id != old.producer_id and new.producer_epoch == 1
