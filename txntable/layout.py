@@ -79,7 +79,7 @@ def checkpoint_key(root: str, version: int, part: int = 1, parts: int = 1) -> st
 # --- group commit -------------------------------------------------------------------------
 
 COMMIT_DIR = "_commit"
-#: Pending intents of a log: ``<root>/_commit/intents/<13-digit ms>-<32 hex id>.json``.
+#: Pending intents of a log: ``<root>/_commit/intents/<13-digit ms>-<32 hex id>[.<body>].json``.
 INTENTS_DIR = f"{COMMIT_DIR}/intents"
 
 
@@ -88,17 +88,41 @@ def intents_prefix(root: str) -> str:
     return f"{root}/{INTENTS_DIR}/"
 
 
-def intent_key(root: str, created_ms: int, intent_id: str) -> str:
-    """Key of an intent: writer time first, so a listing is roughly first come, first served."""
-    return f"{intents_prefix(root)}{created_ms:013d}-{intent_id}.json"
+#: Longest name (after the last "/") of an intent key that carries its body: the file-name
+#: limit of local disks (255 bytes on ext4, XFS, APFS, NTFS), so one key works on every store.
+INTENT_NAME_MAX = 255
+#: Longest intent key, root included, that carries its body (S3's key limit).
+INTENT_KEY_MAX = 1024
+
+
+def intent_key(root: str, created_ms: int, intent_id: str, payload: str | None = None) -> str:
+    """Key of an intent: writer time first, so a listing is roughly first come, first served;
+    then its id and, if the key stays within the limits, ``payload`` (the intent's body, so
+    that a committer listing it need not read it)."""
+    plain = f"{intents_prefix(root)}{created_ms:013d}-{intent_id}"
+    if payload:
+        key = f"{plain}.{payload}.json"
+        if len(key.rsplit("/", 1)[-1]) <= INTENT_NAME_MAX and len(key.encode()) <= INTENT_KEY_MAX:
+            return key
+    return f"{plain}.json"
+
+
+def intent_key_parts(key: str) -> tuple[int, str, str | None] | None:
+    """``(createdMs, id, payload or None)`` of an intent key, or ``None`` for another name."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.endswith(".json"):
+        return None
+    head, _, payload = name[:-5].partition(".")
+    created, sep, intent_id = head.partition("-")
+    if not sep or not (created.isascii() and created.isdigit()) or "-" in intent_id:
+        return None
+    return int(created), intent_id, payload or None
 
 
 def intent_id_of(key: str) -> str | None:
     """The intent id an intent key names, or ``None`` for another name."""
-    name = key.rsplit("/", 1)[-1]
-    if not name.endswith(".json") or "-" not in name:
-        return None
-    return name[:-5].rsplit("-", 1)[-1]
+    parts = intent_key_parts(key)
+    return None if parts is None else parts[1]
 
 
 def lease_key(root: str) -> str:

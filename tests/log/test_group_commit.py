@@ -34,7 +34,7 @@ from txntable.log.group_commit import (
 from txntable.protocol.append import PendingBatch, plan_append
 from txntable.protocol.records import encode_segment
 from txntable.protocol.sequencing import AppendOp, Intent
-from txntable.storage.base import StoredObject
+from txntable.storage.base import StoredObject, StoreWrapper
 from txntable.storage.local import LocalStore
 from txntable.storage.wrappers import CountingStore, LatencyStore
 from txntable.structs import ProducerRecord
@@ -279,6 +279,46 @@ def test_two_committers_racing_decide_each_intent_once(root: Path) -> None:
     snap = wh.table("t").snapshot()
     assert sum(p.high_watermark for p in snap.partitions) == 4
     assert snap.version == 1
+
+
+class _RecordedGets(StoreWrapper):
+    def __init__(self, inner: LocalStore) -> None:
+        super().__init__(inner)
+        self.gets: list[str] = []
+
+    def get(self, key: str) -> StoredObject:
+        self.gets.append(key)
+        return self.inner.get(key)
+
+
+def test_a_committer_takes_intents_from_their_keys(root: Path) -> None:
+    """An intent whose key carries its body is decided without a read; one whose key
+    payload is damaged, or whose key is plain (too large an intent, an older writer), is
+    read: its object decides."""
+    store = _RecordedGets(LocalStore(str(root)))
+    wh = Warehouse(store=store, group_commit=FAST)
+    table = wh.table("t")
+    intents = [
+        Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, i),)), None, now_ms())
+        for i in range(4)
+    ]
+    keys = [intent_key("t", it.created_ms, it.id, it.key_payload()) for it in intents[:2]]
+    keys.append(intent_key("t", intents[2].created_ms, intents[2].id, "AAAA"))
+    keys.append(intent_key("t", intents[3].created_ms, intents[3].id))
+    assert all(it.key_payload() in key for it, key in zip(intents[:2], keys, strict=False))
+    for key, it in zip(keys, intents, strict=True):
+        wh.store.put(key, it.to_json())
+    store.gets.clear()
+    gc = table.group_commit
+    assert gc is not None
+    decided, _ = gc._round([], None)
+    assert decided == 4
+    assert sorted(k for k in store.gets if "/_commit/intents/" in k) == sorted(keys[2:])
+    snap = wh.table("t").snapshot()
+    assert [p.high_watermark for p in snap.partitions] == [1, 1, 1, 1]
+    assert all(snap.intents[it.id].error is None for it in intents)
+    gc._flush_deletes(force=True)
+    assert _eventually(lambda: not list(wh.store.list(intents_prefix("t"))))
 
 
 def test_maintenance_completes_next_to_busy_producers(root: Path) -> None:

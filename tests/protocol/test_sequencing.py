@@ -10,8 +10,12 @@ survive checkpoints.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import uuid
+import zlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +27,12 @@ from txntable.errors import (
     TxnTableError,
     UnsupportedProtocolError,
 )
+from txntable.layout import intent_id_of, intent_key, intent_key_parts
 from txntable.protocol.actions import (
     GROUP_COMMIT_WRITER_VERSION,
     INTENT_WINDOW_VERSIONS,
     Action,
+    AppTxn,
     CommitInfo,
     CommitPlan,
     Metadata,
@@ -36,6 +42,7 @@ from txntable.protocol.actions import (
 )
 from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.protocol.sequencing import (
+    INTENT_KEY_DICTIONARY,
     AppendOp,
     Intent,
     OffsetCommitOp,
@@ -376,6 +383,90 @@ def test_an_intent_round_trips_through_its_json() -> None:
     offsets = OffsetCommitOp("g", (("t", 1, 5, "meta"),), 2, 9, 1)
     it2 = Intent(uuid.uuid4().hex, 3, offsets, None, NOW)
     assert Intent.from_json(it2.to_json(), "k") == it2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    op=operations(),
+    base=st.integers(0, 2**62),
+    tid=st.none() | st.text(max_size=40),
+    app=st.booleans(),
+)
+def test_an_intent_round_trips_through_its_key_payload(
+    op: AppendOp, base: int, tid: str | None, app: bool
+) -> None:
+    if app:
+        op = AppendOp(op.batches, op.markers, AppTxn("spark-job-é", 7, NOW))
+    it = Intent(uuid.uuid4().hex, base, op, tid, NOW)
+    payload = it.key_payload()
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", payload)
+    assert Intent.from_key_payload(payload, it.id, NOW, "k") == it
+    offsets = OffsetCommitOp("g", (("t", 1, 5, "meta"), ("u", 0, 1, "")), 2, 9, 1)
+    it2 = Intent(uuid.uuid4().hex, base, offsets, tid, NOW)
+    assert Intent.from_key_payload(it2.key_payload(), it2.id, NOW, "k") == it2
+
+
+def test_a_small_intent_fits_in_its_key() -> None:
+    """The common intent (one batch and its commit marker) fits a 255-byte file name, so a
+    committer listing it reads nothing more."""
+    b = PendingBatch(4, f"orders/data/partition=4/{NOW}-{uuid.uuid4().hex}.parquet", 10,
+                     1509, 3000, 0, 30, True, NOW, NOW, "orders-writer-3")
+    op = AppendOp((b,), (PendingMarker(4, 3000, 0, "COMMIT", 0),))
+    it = Intent(uuid.uuid4().hex, 48_211, op, "orders-writer-3", NOW)
+    key = intent_key("orders", NOW, it.id, it.key_payload())
+    name = key.rsplit("/", 1)[-1]
+    assert len(name) <= 255 and name.count(".") == 2
+    assert intent_key_parts(key) == (NOW, it.id, it.key_payload())
+    assert intent_id_of(key) == it.id
+
+
+def test_an_intent_too_large_for_its_key_gets_a_plain_key() -> None:
+    op = AppendOp(tuple(batch(p % 2, 1, 0, p, 1, True) for p in range(8)))
+    it = Intent(uuid.uuid4().hex, 1, op, "orders-writer-3", NOW)
+    key = intent_key("t", NOW, it.id, it.key_payload())
+    assert key == f"t/_commit/intents/{NOW:013d}-{it.id}.json"
+    assert intent_key_parts(key) == (NOW, it.id, None)
+    assert intent_key_parts("t/_commit/intents/x.json") is None
+    assert intent_key_parts(f"t/_commit/intents/{NOW}-{it.id}.tmp") is None
+
+
+def test_the_key_dictionary_is_the_one_the_spec_gives() -> None:
+    """A client written from the spec must inflate our keys: its dictionary is ours."""
+    spec = (Path(__file__).parents[2] / "spec" / "PROTOCOL.md").read_text()
+    section = spec[spec.index("**Key payload.**") :]
+    block = section[section.index("```\n") + 4 : section.index("\n```", section.index("```\n"))]
+    assert block.encode("ascii") == INTENT_KEY_DICTIONARY
+
+
+def _deflated(body: bytes) -> str:
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY,
+                               INTENT_KEY_DICTIONARY)
+    return base64.urlsafe_b64encode(deflate.compress(body) + deflate.flush()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        ("not*base64", CorruptLogError),
+        ("AAAA", CorruptLogError),  # not a DEFLATE stream of a body
+        (_deflated(b'{"baseVersion":1'), CorruptLogError),  # truncated JSON
+        (_deflated(b"[1]"), CorruptLogError),
+        (_deflated(b'{"baseVersion":1,"id":"%s","op":{"append":{"batches":[],"markers":[]}},'
+                   b'"transactionalId":null,"version":1}' % (b"a" * 32)), CorruptLogError),
+        (_deflated(b'{"baseVersion":1,"op":{"append":{"batches":[],"markers":[]}},'
+                   b'"transactionalId":null,"version":2}'), UnsupportedProtocolError),
+        (_deflated(b'{"baseVersion":1,"op":{},"version":1,"x":"' + b"a" * 70_000 + b'"}'),
+         CorruptLogError),  # inflates past 64 KiB
+    ],
+)
+def test_a_damaged_key_payload_is_a_typed_error(payload: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Intent.from_key_payload(payload, uuid.uuid4().hex, NOW, "t/_commit/intents/k.json")
+    good = Intent(uuid.uuid4().hex, 1, AppendOp(), None, NOW).key_payload()
+    data = base64.urlsafe_b64decode(good + "=" * (-len(good) % 4)) + b"\x00\x01"
+    trailing = base64.urlsafe_b64encode(data).decode().rstrip("=")
+    with pytest.raises(CorruptLogError, match="one whole DEFLATE stream"):
+        Intent.from_key_payload(trailing, uuid.uuid4().hex, NOW, "k")
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,9 @@ commits (the spec's "Group commit"):
   outcomes, delete the decided intents (the next round's LIST overlaps this round's put) —
   and steps down after ``idle_ms`` without another writer's intent, or when its lease is
   taken.
-* A follower writes its intent (``<root>/_commit/intents/<ms>-<id>.json``) and waits for a
-  round to decide it: it reads the committer's **outcome record**
+* A follower writes its intent (``<root>/_commit/intents/<ms>-<id>[.<payload>].json``, the
+  intent itself in the key when it fits, so that a committer lists it without reading it)
+  and waits for a round to decide it: it reads the committer's **outcome record**
   (``<root>/_commit/outcomes.json``, a hint: the outcomes and offsets of its last rounds,
   so a follower needs one read however many versions went by), and the log itself when the
   record does not tell. If nothing decides it within ``help_ms`` it commits a round itself
@@ -60,7 +61,14 @@ from txntable.errors import (
     TxnTableError,
     UnsupportedProtocolError,
 )
-from txntable.layout import intent_id_of, intent_key, intents_prefix, lease_key, outcomes_key
+from txntable.layout import (
+    intent_id_of,
+    intent_key,
+    intent_key_parts,
+    intents_prefix,
+    lease_key,
+    outcomes_key,
+)
 from txntable.protocol.actions import (
     INTENT_WINDOW_VERSIONS,
     Batch,
@@ -369,6 +377,7 @@ class GroupCommit:
         #: When this handle, committing solo, last looked for a committer (monotonic s).
         self._lease_looked = -math.inf
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
+        self._own_keys: dict[str, str] = {}  # intent id -> key, of this handle's waiting intents
         self._pool: ThreadPoolExecutor | None = None
         self._deleting: set[str] = set()  # intent keys being deleted
         self._to_delete: set[str] = set()  # decided intent keys not deleted yet
@@ -884,6 +893,20 @@ class GroupCommit:
         return out[: self.cfg.max_round_intents]
 
     def _read_intents(self, keys: list[str]) -> dict[str, Intent | None]:
+        """The intents of ``keys``: decoded from the key when it carries the body, else
+        read (a GET each, in parallel); ``None`` for one gone or unreadable."""
+        out: dict[str, Intent | None] = {}
+        unread: list[str] = []
+        for key in keys:
+            created_ms, intent_id, payload = intent_key_parts(key) or (0, "", None)
+            if payload is not None:
+                try:
+                    out[key] = Intent.from_key_payload(payload, intent_id, created_ms, key)
+                    continue
+                except (CorruptLogError, UnsupportedProtocolError) as e:
+                    _log.info("intent %s: %s; reading its object", key, e)
+            unread.append(key)
+
         def read(key: str) -> Intent | None:
             try:
                 return Intent.from_json(self.table.store.get(key).data, key)
@@ -893,14 +916,18 @@ class GroupCommit:
                 _log.warning("skipping intent %s: %s", key, e)
                 return None
 
-        if len(keys) <= 1:
-            return {k: read(k) for k in keys}
-        with ThreadPoolExecutor(min(16, len(keys))) as pool:
-            return dict(zip(keys, pool.map(read, keys), strict=True))
+        if len(unread) <= 1:
+            out.update((k, read(k)) for k in unread)
+        else:
+            with ThreadPoolExecutor(min(16, len(unread))) as pool:
+                out.update(zip(unread, pool.map(read, unread), strict=True))
+        return out
 
     def _forget(self, intents: list[Intent], snap: TableSnapshot) -> None:
-        root = self.table.log.root
-        done = [intent_key(root, i.created_ms, i.id) for i in intents if i.id in snap.intents]
+        decided = {i.id for i in intents if i.id in snap.intents}
+        done = [k for k, i in self._intents.items() if i is not None and i.id in decided]
+        with self._lock:
+            done += [k for i, k in self._own_keys.items() if i in decided]
         for key in done:
             self._intents.pop(key, None)
         self._delete(done)
@@ -951,9 +978,17 @@ class GroupCommit:
             # within the window of the version that decides the intent.
             base = max(self.table.snapshot(refresh=False).version, self._tip_hint)
             intent = Intent(uuid.uuid4().hex, base, op, transactional_id, now_ms())
-            key = intent_key(self.table.log.root, intent.created_ms, intent.id)
-            self._put_intent(key, intent, deadline)
-            decided = self._await(intent, deadline)
+            key = intent_key(
+                self.table.log.root, intent.created_ms, intent.id, intent.key_payload()
+            )
+            with self._lock:
+                self._own_keys[intent.id] = key
+            try:
+                self._put_intent(key, intent, deadline)
+                decided = self._await(intent, deadline)
+            finally:
+                with self._lock:
+                    del self._own_keys[intent.id]
             if decided is None:
                 continue  # expired undecided (out of the window): submit it again
             error, message, result, version = decided

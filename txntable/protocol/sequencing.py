@@ -18,7 +18,10 @@ long: so an intent is decided at most once whoever commits it, however late.
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,6 +48,21 @@ from txntable.structs import OffsetAndMetadata, TopicPartition
 INTENT_FORMAT_VERSION = 1
 #: An intent id: 32 lowercase hex digits (a uuid4), as a commitId.
 INTENT_ID = re.compile(r"[0-9a-f]{32}")
+#: Preset dictionary of an intent key's payload (:meth:`Intent.key_payload`; spec: Group
+#: commit, Objects): an intent's field names in their encoded order, so that a key carries
+#: little more than the values. Part of the format: never changed within a format version.
+INTENT_KEY_DICTIONARY = (
+    b'{"baseVersion":,"op":{"offsetCommit":{"generation":,"group":"","offsets":[{"metadata":"'
+    b'","offset":,"partition":,"table":"},"producerEpoch":,"producerId":'
+    b'"appTxn":{"appId":"","lastUpdated":,"version":}'
+    b'{"append":{"batches":[{"baseSequence":,"count":,"maxTimestamp":17,"minTimestamp":17,'
+    b'"partition":,"path":"/data/partition=/17-.parquet","producerEpoch":,"producerId":,'
+    b'"size":,"transactional":true,"transactionalId":"}],"markers":[{"coordinatorEpoch":,'
+    b'"partition":,"producerEpoch":,"producerId":,"type":"ABORT"COMMIT"}]}},'
+    b'"transactionalId":"","version":1}'
+)
+#: Largest body a key payload may inflate to (a 255-byte name holds far less).
+INTENT_PAYLOAD_MAX_BYTES = 64 * 1024
 
 
 class Operation(Protocol):
@@ -186,20 +204,29 @@ class Intent:
     created_ms: int = 0
 
     def to_json(self) -> bytes:
-        import json
+        return _dumps(self._object())
 
-        return json.dumps(
-            {
-                "version": INTENT_FORMAT_VERSION,
-                "id": self.id,
-                "baseVersion": self.base_version,
-                "createdMs": self.created_ms,
-                "transactionalId": self.transactional_id,
-                "op": {self.op.NAME: self.op.to_json()},
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
+    def key_payload(self) -> str:
+        """The intent's body less ``id`` and ``createdMs`` (its key names both), as its key
+        may carry it: raw DEFLATE with :data:`INTENT_KEY_DICTIONARY`, base64url unpadded.
+        A committer that lists the key then has the intent without reading it."""
+        body = self._object()
+        del body["id"], body["createdMs"]
+        deflate = zlib.compressobj(
+            9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, INTENT_KEY_DICTIONARY
+        )
+        data = deflate.compress(_dumps(body)) + deflate.flush()
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+    def _object(self) -> dict[str, Any]:
+        return {
+            "version": INTENT_FORMAT_VERSION,
+            "id": self.id,
+            "baseVersion": self.base_version,
+            "createdMs": self.created_ms,
+            "transactionalId": self.transactional_id,
+            "op": {self.op.NAME: self.op.to_json()},
+        }
 
     @staticmethod
     def from_json(data: bytes, path: str) -> Intent:
@@ -213,6 +240,33 @@ class Intent:
             obj = loads_strict(data)
         except (ValueError, UnicodeDecodeError):
             raise CorruptLogError("intent is not valid JSON", path) from None
+        return Intent._from_object(obj, path)
+
+    @staticmethod
+    def from_key_payload(payload: str, intent_id: str, created_ms: int, path: str) -> Intent:
+        """Decode the intent a key carries (:meth:`key_payload`), as strictly as its object.
+
+        Raises:
+            CorruptLogError: Not a well-formed payload (the object's body still decides).
+            UnsupportedProtocolError: Written by a newer intent format.
+        """
+        try:
+            data = base64.b64decode(payload + "=" * (-len(payload) % 4), b"-_", validate=True)
+            inflate = zlib.decompressobj(-15, INTENT_KEY_DICTIONARY)
+            body = inflate.decompress(data, INTENT_PAYLOAD_MAX_BYTES)
+            if not inflate.eof or inflate.unconsumed_tail or inflate.unused_data:
+                raise ValueError("not one whole DEFLATE stream of at most 64 KiB")
+            obj = loads_strict(body)
+        except (ValueError, zlib.error, UnicodeDecodeError) as e:
+            raise CorruptLogError(f"intent key payload does not decode ({e})", path) from None
+        if not isinstance(obj, dict) or "id" in obj or "createdMs" in obj:
+            raise CorruptLogError("intent key payload is not an intent body less id", path)
+        obj["id"] = intent_id
+        obj["createdMs"] = created_ms
+        return Intent._from_object(obj, path)
+
+    @staticmethod
+    def _from_object(obj: Any, path: str) -> Intent:
         if not isinstance(obj, dict):
             raise CorruptLogError("intent is not a JSON object", path)
         version = _get(obj, "version", int, path)
@@ -244,6 +298,10 @@ class Intent:
             tid,
             _get(obj, "createdMs", int, path),
         )
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _get(obj: Any, name: str, kind: type, path: str) -> Any:
