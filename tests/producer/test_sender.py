@@ -7,6 +7,8 @@ on flush or close), so a test decides which records share a round.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -243,3 +245,27 @@ def test_an_error_of_the_senders_own_machinery_is_kept_and_the_thread_goes_on(
     assert sender.error is boom
     assert txn.state is ClientTxnState.FATAL_ERROR
     assert sender.is_alive()
+
+
+def test_the_sender_warms_arrows_python_conversion_before_the_first_commit(
+    tmp_path: Any,
+) -> None:
+    """pyarrow imports pandas on its first conversion of Python objects (0.25-0.5 s): the
+    sender does that conversion as it starts, so a producer's first commit does not."""
+    pytest.importorskip("pandas")
+    script = f"""
+import sys, time
+from txntable import Producer, Warehouse
+wh = Warehouse({str(tmp_path)!r})
+wh.create_table("t", partitions=1)
+assert "pandas" not in sys.modules
+with Producer(wh) as producer:
+    deadline = time.monotonic() + 30
+    while "pandas" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print("pandas" in sys.modules)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "True"

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import pyarrow as pa
+
 from txntable.errors import (
     IllegalStateError,
     InternalError,
@@ -104,6 +106,9 @@ class Sender:
     def run(self) -> None:
         """The thread: one round after the other until the accumulator is closed and empty."""
         accumulator = self._accumulator
+        # pyarrow imports pandas (when installed) on its first conversion of Python objects:
+        # 0.25-0.5 s of the process's first commit, here while the caller starts up instead.
+        pa.array([b""], pa.binary())
         while accumulator.await_ready():
             try:
                 accumulator.seal_all()
