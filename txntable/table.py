@@ -228,6 +228,17 @@ class Table:
                 self.log.refresh(self._snapshot)
             return self._snapshot
 
+    def caught_up(self, known: int) -> TableSnapshot:
+        """The handle's snapshot brought to version ``known`` (known to exist), then
+        refreshed; from a checkpoint when it fell far behind (see :meth:`Log.caught_up`)."""
+        with self._lock:
+            snap = self.snapshot(refresh=False)
+            fresh = self.log.caught_up(snap, known)
+            if fresh is not snap:
+                self._snapshot = fresh
+                self._configure(fresh)
+            return fresh
+
     def close(self) -> None:
         """Stop committing rounds for others (releasing the committer lease, if held).
 

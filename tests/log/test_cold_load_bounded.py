@@ -17,6 +17,7 @@ from tableutil import write_batch
 from txntable import Consumer, TopicPartition, Warehouse
 from txntable.errors import CorruptLogError
 from txntable.log.log import tip_probes
+from txntable.protocol.snapshot import checkpoint_actions
 from txntable.storage import ClockAheadStore, CountingStore
 from txntable.storage.local import LocalStore
 from txntable.storage.memory import MemoryStore
@@ -188,3 +189,41 @@ def test_maintenance_keeps_the_log_directory_bounded(tmp_path: pathlib.Path) -> 
 
 
 DAY = 86_400_000
+
+
+def test_a_handle_far_behind_comes_back_from_the_newest_checkpoint(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A group-commit follower learns its outcomes from the outcome record, not the log, so
+    its handle falls behind by every version since. Brought to a known version it reads the
+    newest checkpoint and the versions after it, not every version it missed."""
+    store = CountingStore(LocalStore(str(tmp_path / "lake")))
+    build(store, 0, **{"checkpoint.interval": "20"})
+    stale = Warehouse(store=store).table("t")
+    stale.snapshot()
+    writer = Warehouse(store=store).table("t")
+    for i in range(130):
+        write_batch(writer, 0, [f"r{i}".encode()])
+    tip = writer.snapshot().version
+    store.reset()
+    snap = stale.caught_up(tip)
+    requests = store.snapshot()
+    assert snap.version == tip == 130
+    assert stale.snapshot(refresh=False) is snap
+    assert snap.partition(0).high_watermark == 130
+    # The hint, the checkpoint at 120, versions 121-130 and the refresh's probe past them.
+    assert requests["GET"] <= 14, requests
+    fresh = Warehouse(store=store).table("t").snapshot()
+    assert checkpoint_actions(snap) == checkpoint_actions(fresh)
+
+
+def test_a_handle_a_little_behind_reads_its_missing_versions(tmp_path: pathlib.Path) -> None:
+    store = CountingStore(LocalStore(str(tmp_path / "lake")))
+    build(store, 0, **{"checkpoint.interval": "20"})
+    stale = Warehouse(store=store).table("t")
+    before = stale.snapshot()
+    writer = Warehouse(store=store).table("t")
+    for i in range(5):
+        write_batch(writer, 0, [f"r{i}".encode()])
+    assert stale.caught_up(5) is before  # the same snapshot, moved on in place
+    assert before.version == 5

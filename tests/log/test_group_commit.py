@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tableutil import write_batch
 
 from txntable import Producer, Warehouse
 from txntable.errors import InvalidProducerEpochError
@@ -319,6 +320,46 @@ def test_a_committer_takes_intents_from_their_keys(root: Path) -> None:
     assert all(snap.intents[it.id].error is None for it in intents)
     gc._flush_deletes(force=True)
     assert _eventually(lambda: not list(wh.store.list(intents_prefix("t"))))
+
+
+def test_a_writer_back_from_following_commits_without_reading_every_version(
+    root: Path,
+) -> None:
+    """A follower learns outcomes from the outcome record and its handle falls behind the
+    log; back to committing (alone, or as the committer) it starts from the newest
+    checkpoint, not with a lost race and a refresh of every version it missed."""
+    store = CountingStore(LocalStore(str(root)))
+    wh = Warehouse(store=store, group_commit=FAST)
+    table = wh.table("t")
+    table.snapshot()
+    other = Warehouse(store=LocalStore(str(root)), group_commit=False).table("t")
+    for i in range(250):
+        write_batch(other, i % PARTITIONS, [b"x"])
+    gc = table.group_commit
+    assert gc is not None
+    gc._tip_hint = 250  # as the outcome record told it while it followed
+    batch = _segment(wh, table, 0)
+    store.reset()
+    _, version = table.submit(AppendOp((batch,)))
+    assert version == 251
+    gets = store.snapshot()["GET"]
+    # The checkpoint's hint and the checkpoint at 200, versions 201-250, a probe, a look at
+    # the lease: not 250 versions.
+    assert gets <= 60, store.snapshot()
+    assert table.snapshot().partition(0).high_watermark == 63 + 1
+
+
+def test_a_wrong_tip_hint_does_not_fail_a_commit(root: Path) -> None:
+    """The hint comes from an outcome record (a hint; an earlier table of the same name may
+    have left one): a version it names that does not exist is not corruption."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    gc._tip_hint = 500
+    _, version = table.submit(AppendOp((_segment(wh, table, 1),)))
+    assert version == 1
+    assert wh.table("t").snapshot().partition(1).high_watermark == 1
 
 
 def test_maintenance_completes_next_to_busy_producers(root: Path) -> None:

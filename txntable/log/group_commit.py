@@ -69,6 +69,7 @@ from txntable.layout import (
     lease_key,
     outcomes_key,
 )
+from txntable.log.log import CATCH_UP_READS
 from txntable.protocol.actions import (
     INTENT_WINDOW_VERSIONS,
     Batch,
@@ -603,7 +604,7 @@ class GroupCommit:
             self._check_deadline(deadline, outage)
             try:
                 with self.table._lock:
-                    snap = self.table.snapshot(refresh=False)
+                    snap = self._snapshot()
                     if snap.protocol is not None:
                         check_protocol(snap.protocol, write=True)
                     try:
@@ -635,6 +636,23 @@ class GroupCommit:
                 return None
             log._backoff(attempt)
             attempt += 1
+
+    def _snapshot(self) -> TableSnapshot:
+        """The handle's snapshot to commit on; first caught up (from a checkpoint if need
+        be) when it is far behind the newest version this handle heard of: a follower learns
+        its outcomes from the outcome record, not the log, and back to committing it would
+        otherwise lose a race and refresh one version per request (hundreds at W=16)."""
+        snap = self.table.snapshot(refresh=False)
+        if self._tip_hint - snap.version <= CATCH_UP_READS:
+            return snap
+        try:
+            return self.table.caught_up(self._tip_hint)
+        except CorruptLogError as e:
+            # The hint is a hint (an outcome record left by an earlier table of this name):
+            # commit on the snapshot, whose refresh finds a real hole or damage itself.
+            _log.warning("%s: not caught up to version %d: %s", self.table.name, self._tip_hint, e)
+            self._tip_hint = snap.version
+            return self.table.snapshot(refresh=False)
 
     def _deadline(self, timeout_ms: int | None) -> float:
         return time.monotonic() + (self.cfg.timeout_ms if timeout_ms is None else timeout_ms) / 1000
@@ -757,7 +775,7 @@ class GroupCommit:
             if not items:
                 return 0, None
             with self.table._lock:
-                snap = self.table.snapshot(refresh=False)
+                snap = self._snapshot()
                 plan = sequence_round(snap, items)
                 if plan.empty:
                     # Nothing to write: final only against the newest version.
@@ -1049,8 +1067,7 @@ class GroupCommit:
             if misses >= RECORD_MISSES or time.monotonic() >= help_at:
                 # The record moved on without it (or nothing moves): the log decides.
                 with self.table._lock:
-                    snap = self.table.snapshot(refresh=False)
-                    self.table.log.catch_up(snap, max(record_tip, self._tip_hint))
+                    snap = self.table.caught_up(max(record_tip, self._tip_hint))
                     outcome = snap.intents.get(intent.id)
                     past = snap.version > intent.base_version + INTENT_WINDOW_VERSIONS
                 if outcome is None and past:

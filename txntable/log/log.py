@@ -432,6 +432,31 @@ class Log:
                 applied += 1
         return applied + self.refresh(snap)
 
+    def caught_up(self, snap: TableSnapshot, known: int) -> TableSnapshot:
+        """``snap`` brought to ``known`` (a version known to exist), the cheaper way: its
+        missing versions (:meth:`catch_up`) or, when more than a checkpoint interval of them
+        is missing, the newest checkpoint (its hint) at or below ``known`` and the versions
+        after it — a new snapshot. A handle that stopped reading the log (a group-commit
+        follower learns its outcomes from the outcome record) then pays O(interval) requests
+        to come back, not one per version it missed.
+
+        Raises:
+            CorruptLogError: A version is damaged, or missing below ``known``.
+        """
+        if known - snap.version > max(self.checkpoint_interval, CATCH_UP_READS):
+            hint = self._checkpoint_hint()
+            if hint is not None and snap.version < hint[0] <= known:
+                try:
+                    fresh = self.read_checkpoint(*hint)
+                except CorruptLogError as e:
+                    _log.warning("skipping damaged checkpoint: %s", e)
+                    fresh = None
+                if fresh is not None:
+                    self.catch_up(fresh, known)
+                    return fresh
+        self.catch_up(snap, known)
+        return snap
+
     def _probe(self, snap: TableSnapshot, up_to: int | None = None) -> int:
         applied = 0
         while up_to is None or snap.version < up_to:
