@@ -362,6 +362,45 @@ def test_a_wrong_tip_hint_does_not_fail_a_commit(root: Path) -> None:
     assert wh.table("t").snapshot().partition(1).high_watermark == 1
 
 
+class _HeldCheckpoints(StoreWrapper):
+    """Checkpoint puts wait until ``release`` is set."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+
+    def put(self, key: str, data: bytes) -> str:
+        if "checkpoint" in key.rsplit("/", 1)[-1]:
+            assert self.release.wait(30)
+        return self.inner.put(key, data)
+
+
+def test_a_round_does_not_wait_for_its_checkpoint(tmp_path: Path) -> None:
+    """Every follower in a round waits for it: the checkpoint its version is due for (~80 ms
+    of encoding and two round trips at 4,000 entries) is written after, in the background."""
+    Warehouse(store=LocalStore(str(tmp_path))).create_table(
+        "c", partitions=1, configuration={"checkpoint.interval": "2"}
+    )
+    store = _HeldCheckpoints(LocalStore(str(tmp_path)))
+    wh = Warehouse(store=store, group_commit=FAST)
+    table = wh.table("c")
+    gc = table.group_commit
+    assert gc is not None
+    for _ in range(2):
+        base = table.snapshot(refresh=False).version
+        it = Intent(uuid.uuid4().hex, base, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+        wh.store.put(intent_key("c", it.created_ms, it.id, it.key_payload()), it.to_json())
+        decided, _ = gc._round([], None)
+        assert decided == 1
+    assert table.snapshot(refresh=False).version == 2  # due for a checkpoint, not waiting
+    assert table.log._checkpoint_hint() is None
+    store.release.set()
+    assert _eventually(lambda: table.log._checkpoint_hint() == (2, 1))
+    reader = Warehouse(store=LocalStore(str(tmp_path))).table("c")
+    assert reader.log.read_checkpoint(2) is not None
+    assert reader.snapshot().partition(0).high_watermark == 2
+
+
 def test_maintenance_completes_next_to_busy_producers(root: Path) -> None:
     stop = threading.Event()
     failures: list[BaseException] = []

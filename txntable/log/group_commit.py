@@ -796,7 +796,9 @@ class GroupCommit:
                             listing = self._executor().submit(self._list_intents)
                         except RuntimeError:  # the interpreter is shutting down
                             listing = None
-                    written = self.table.log.try_put(snap, [*plan.actions, info])
+                    written = self.table.log.try_put(
+                        snap, [*plan.actions, info], checkpoint_later=True
+                    )
                 version = snap.version
             if not written:
                 continue  # lost the race: the snapshot was refreshed, sequence again
