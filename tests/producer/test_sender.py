@@ -269,3 +269,28 @@ with Producer(wh) as producer:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "True"
+
+
+def test_a_failing_warm_up_does_not_stop_the_sender(
+    monkeypatch: pytest.MonkeyPatch, t: Warehouse
+) -> None:
+    """A broken pandas install makes pyarrow's first conversion raise: the sender thread
+    must still run rounds (the records' own conversion reports the error to their batch)."""
+    import txntable.producer.sender as sender_module
+
+    real = sender_module.pa.array
+    calls = []
+
+    def array(*args: Any, **kwargs: Any) -> Any:
+        if not calls:
+            calls.append(1)
+            raise ValueError("numpy.dtype size changed, may indicate binary incompatibility")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sender_module.pa, "array", array)
+    from txntable import Producer
+
+    with Producer(t) as producer:
+        metadata = producer.send("t", value=b"v", partition=1).get(timeout=30)
+    assert calls == [1]
+    assert (metadata.partition, metadata.offset) == (1, 0)

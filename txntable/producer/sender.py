@@ -108,7 +108,12 @@ class Sender:
         accumulator = self._accumulator
         # pyarrow imports pandas (when installed) on its first conversion of Python objects:
         # 0.25-0.5 s of the process's first commit, here while the caller starts up instead.
-        pa.array([b""], pa.binary())
+        try:
+            pa.array([b""], pa.binary())
+        except Exception as e:  # noqa: BLE001 - a warm-up only: a broken pandas install
+            # raises again at the first real conversion, where the caller's batch gets it;
+            # here it would end the sender thread and leave every send waiting.
+            _log.warning("pyarrow's first conversion failed: %s", e)
         while accumulator.await_ready():
             try:
                 accumulator.seal_all()
