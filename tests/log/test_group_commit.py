@@ -401,6 +401,36 @@ def test_a_round_does_not_wait_for_its_checkpoint(tmp_path: Path) -> None:
     assert reader.snapshot().partition(0).high_watermark == 2
 
 
+def test_of_many_waiting_writers_only_a_few_help_a_live_committer(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waiting writers that see nothing move for help_ms all see it at about the same time;
+    a round decides every listed intent, so each helps a live committer only with
+    probability HELPERS_AT_ONCE / the intents listed (at W=256 all of them helped, and their
+    rounds raced for every version)."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    intents = [
+        Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, i % PARTITIONS),)), None,
+               now_ms())
+        for i in range(10)
+    ]
+    for it in intents:
+        wh.store.put(intent_key("t", it.created_ms, it.id, it.key_payload()), it.to_json())
+    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that does not commit
+    monkeypatch.setattr(group_commit.random, "random", lambda: 0.5)  # 0.5 * 10 >= 4
+    gc._help(intents[0])
+    assert gc.stats["helps_skipped"] == 1
+    assert wh.table("t").snapshot().version == 0
+    monkeypatch.setattr(group_commit.random, "random", lambda: 0.3)  # 0.3 * 10 < 4
+    gc._help(intents[0])
+    snap = wh.table("t").snapshot()
+    assert snap.version == 1
+    assert all(snap.intents[it.id].error is None for it in intents)
+
+
 def test_maintenance_completes_next_to_busy_producers(root: Path) -> None:
     stop = threading.Event()
     failures: list[BaseException] = []

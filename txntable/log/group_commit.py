@@ -130,6 +130,9 @@ DECIDE_S_MAX_HELPS = 10
 #: saw it; 0.7 and 1/8 ~15 ms, for as many looks per transaction).
 FOLLOWER_FIRST_LOOK = 0.7
 FOLLOWER_LOOKS_PER_DECISION = 8
+#: Of the waiting writers that would help a live committer at the same moment, about this
+#: many do (each with probability HELPERS_AT_ONCE / the intents listed).
+HELPERS_AT_ONCE = 4
 
 Build = Callable[[TableSnapshot], CommitPlan[Any]]
 R = TypeVar("R")
@@ -406,7 +409,14 @@ class GroupCommit:
             {},
             -1,
         )
-        self.stats = {"rounds": 0, "intents": 0, "helps": 0, "direct": 0, "followed": 0}
+        self.stats = {
+            "rounds": 0,
+            "intents": 0,
+            "helps": 0,
+            "helps_skipped": 0,
+            "direct": 0,
+            "followed": 0,
+        }
 
     # --- entry points ----------------------------------------------------------------
 
@@ -1084,7 +1094,7 @@ class GroupCommit:
                 overlooked = misses >= RECORD_MISSES
                 misses = 0
                 if overlooked or time.monotonic() >= help_at:
-                    self._help(intent)
+                    self._help(intent, overlooked)
                     help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
                     continue
             self._check_deadline(deadline)
@@ -1158,8 +1168,10 @@ class GroupCommit:
                             return o
         return None
 
-    def _help(self, intent: Intent) -> None:
-        """The committer is late: take the lease if it lapsed, else commit one round."""
+    def _help(self, intent: Intent, overlooked: bool = False) -> None:
+        """The committer is late: take the lease if it lapsed, else commit one round
+        (``overlooked``: rounds went by without the intent, which a round of its own fixes;
+        else nothing moved, which every waiting writer sees at about the same time)."""
         self.stats["helps"] += 1
         current = self.lease.read()
         if current is None or not current.live(now_ms()):
@@ -1169,7 +1181,21 @@ class GroupCommit:
                 return
             current = self.lease.read()
         self._seen = current
-        self._round([], None, mine=intent)
+        listed = self._list_intents()
+        waiting = len(listed.keys)
+        if (
+            not overlooked
+            and waiting > HELPERS_AT_ONCE
+            and random.random() * waiting >= HELPERS_AT_ONCE
+        ):
+            # Many writers wait, and all saw nothing move at about the same time: a round
+            # decides every listed intent, so about HELPERS_AT_ONCE of them help (at W=256
+            # every writer helped at start-up, and 256 rounds raced for each version).
+            self.stats["helps_skipped"] += 1
+            return
+        done: Future[_Listing] = Future()
+        done.set_result(listed)
+        self._round([], done, mine=intent)
         self._flush_deletes(force=True)
 
 
