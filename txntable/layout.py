@@ -79,7 +79,7 @@ def checkpoint_key(root: str, version: int, part: int = 1, parts: int = 1) -> st
 # --- group commit -------------------------------------------------------------------------
 
 COMMIT_DIR = "_commit"
-#: Pending intents of a log: ``<root>/_commit/intents/<13-digit ms>-<32 hex id>[.<body>].json``.
+#: Pending intents of a log: ``<root>/_commit/intents/<13-digit ms>-<32 hex id>[.<payload>].json``.
 INTENTS_DIR = f"{COMMIT_DIR}/intents"
 
 

@@ -388,7 +388,6 @@ class GroupCommit:
         #: When this handle, committing solo, last looked for a committer (monotonic s).
         self._lease_looked = -math.inf
         self._intents: dict[str, Intent | None] = {}  # listed, undecided (None: unreadable)
-        self._own_keys: dict[str, str] = {}  # intent id -> key, of this handle's waiting intents
         self._pool: ThreadPoolExecutor | None = None
         self._deleting: set[str] = set()  # intent keys being deleted
         self._to_delete: set[str] = set()  # decided intent keys not deleted yet
@@ -961,10 +960,15 @@ class GroupCommit:
         return out
 
     def _forget(self, intents: list[Intent], snap: TableSnapshot) -> None:
-        decided = {i.id for i in intents if i.id in snap.intents}
-        done = [k for k, i in self._intents.items() if i is not None and i.id in decided]
-        with self._lock:
-            done += [k for i, k in self._own_keys.items() if i in decided]
+        decided = {i.id: i for i in intents if i.id in snap.intents}
+        listed = {i.id: k for k, i in self._intents.items() if i is not None and i.id in decided}
+        # A helper's own intent may be decided without being listed: its key is this
+        # process's encoding of it, as _follow wrote it.
+        root = self.table.log.root
+        done = [
+            listed.get(i.id) or intent_key(root, i.created_ms, i.id, i.key_payload())
+            for i in decided.values()
+        ]
         for key in done:
             self._intents.pop(key, None)
         self._delete(done)
@@ -1018,14 +1022,8 @@ class GroupCommit:
             key = intent_key(
                 self.table.log.root, intent.created_ms, intent.id, intent.key_payload()
             )
-            with self._lock:
-                self._own_keys[intent.id] = key
-            try:
-                self._put_intent(key, intent, deadline)
-                decided = self._await(intent, deadline)
-            finally:
-                with self._lock:
-                    del self._own_keys[intent.id]
+            self._put_intent(key, intent, deadline)
+            decided = self._await(intent, deadline)
             if decided is None:
                 continue  # expired undecided (out of the window): submit it again
             error, message, result, version = decided
@@ -1172,11 +1170,11 @@ class GroupCommit:
         """The committer is late: take the lease if it lapsed, else commit one round
         (``overlooked``: rounds went by without the intent, which a round of its own fixes;
         else nothing moved, which every waiting writer sees at about the same time)."""
-        self.stats["helps"] += 1
         current = self.lease.read()
         if current is None or not current.live(now_ms()):
             held = self.lease.take(current)
             if held is not None:
+                self.stats["helps"] += 1
                 self._start_committer(held)
                 return
             current = self.lease.read()
@@ -1193,6 +1191,7 @@ class GroupCommit:
             # every writer helped at start-up, and 256 rounds raced for each version).
             self.stats["helps_skipped"] += 1
             return
+        self.stats["helps"] += 1
         done: Future[_Listing] = Future()
         done.set_result(listed)
         self._round([], done, mine=intent)
