@@ -600,3 +600,55 @@ def test_an_outcome_entry_that_is_not_strict_json_is_not_trusted(root: Path, ent
     body = f'{{"rounds":[{{"intents":{{"{mine.id}":{entry}}},"version":8}}],"tip":8,"version":1}}'
     wh.store.put(outcomes_key("t"), body.encode())
     assert follower._from_record(mine) == (None, -1)
+
+
+def test_a_closing_committer_decides_the_intents_written_since_its_last_listing(
+    root: Path,
+) -> None:
+    """close() ends with a round on a fresh listing: an intent written while the committer
+    waited between listings is decided, not left until its writer helps (help_ms)."""
+    cfg = replace(FAST, idle_ms=60_000, poll_ms=10_000)
+    wh = warehouse(root, cfg=cfg)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    held = gc.lease.take(gc.lease.read())
+    assert held is not None
+    gc._start_committer(held)
+    time.sleep(1.0)  # idle: its listings are now ~0.5 s apart and more
+    intent = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 2),)), None, now_ms())
+    wh.store.put(intent_key("t", intent.created_ms, intent.id, intent.key_payload()),
+                 intent.to_json())
+    gc.close()
+    snap = wh.table("t").snapshot()
+    assert snap.intents[intent.id].error is None
+    assert snap.partition(2).high_watermark == 1
+    released = gc.lease.read()
+    assert released is not None and not released.live(now_ms())
+
+
+def test_a_waiting_writer_replaces_a_committer_that_stepped_down_before_help_ms(
+    root: Path,
+) -> None:
+    """A follower whose committer released its lease (closed) learns it when the outcome
+    record stands still for a few of its usual waits, reading the lease once, and takes
+    over then, not after help_ms."""
+    cfg = replace(FAST, help_ms=4_000)  # the lease look comes after 1 s (help_ms / 4)
+    wh = warehouse(root, cfg=cfg)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    other = Lease(table, "other" * 6, 60_000)
+    held = other.take(None)
+    assert held is not None
+    gc._seen = held  # following a live committer ...
+    other.release(held)  # ... that stepped down before deciding the intent
+    started = time.monotonic()
+    result, _ = table.submit(AppendOp((_segment(wh, table, 1),)))
+    assert result.base_offsets == [0]
+    assert time.monotonic() - started < 3  # not help_ms (4-6 s)
+    assert gc.stats["followed"] == 1 and gc.stats["stall_looks"] == 1
+    assert gc.stats["helps"] == 1
+    current = gc.lease.read()
+    assert current is not None and current.owner == gc.id and current.epoch == held.epoch + 1
+    gc.close()

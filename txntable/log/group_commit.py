@@ -130,6 +130,11 @@ DECIDE_S_MAX_HELPS = 10
 #: saw it; 0.7 and 1/8 ~15 ms, for as many looks per transaction).
 FOLLOWER_FIRST_LOOK = 0.7
 FOLLOWER_LOOKS_PER_DECISION = 8
+#: A waiting writer that saw the outcome record stand still for this many of its usual
+#: waits for a decision (between help_ms / 4 and / 2) reads the lease once: a committer
+#: that stepped down (closed, or idle) or whose lease lapsed is replaced then, not after
+#: help_ms.
+STALL_LEASE_LOOK = 3
 #: Of the waiting writers that would help a live committer at the same moment, about this
 #: many do (each with probability HELPERS_AT_ONCE / the intents listed).
 HELPERS_AT_ONCE = 4
@@ -415,6 +420,7 @@ class GroupCommit:
             "helps_skipped": 0,
             "direct": 0,
             "followed": 0,
+            "stall_looks": 0,
         }
 
     # --- entry points ----------------------------------------------------------------
@@ -709,8 +715,9 @@ class GroupCommit:
             while True:
                 with self._lock:
                     held = self._held
-                    if held is None or self._closing:
+                    if held is None:
                         break
+                    closing = self._closing
                     locals_ = list(self._queue)
                     self._queue.clear()
                 if held.expires_ms - now_ms() < self.cfg.lease_ms / 2:
@@ -721,22 +728,30 @@ class GroupCommit:
                         for local in locals_:
                             local.settle(again=True)
                         break
-                if listing is None:
+                if closing:
+                    # A last round, on a listing taken now: the intents written since the
+                    # last one would otherwise wait until their writers help (help_ms).
+                    listing = None
+                elif listing is None:
                     try:
                         listing = self._executor().submit(self._list_intents)
                     except RuntimeError:  # the interpreter is shutting down
                         break
                 try:
-                    foreign, listing = self._round(locals_, listing)
+                    foreign, listing = self._round(locals_, listing, last=closing)
                 except Exception as e:  # noqa: BLE001 - never leave a waiter hanging
                     _log.warning("%s: commit round failed: %s", self.table.name, e)
                     listing = None
                     for local in locals_:
                         if not local.done.is_set():
                             local.settle(error=e)
+                    if closing:
+                        break
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 0.1)
                     continue
+                if closing:
+                    break
                 if foreign or locals_:
                     backoff = IDLE_LIST_S
                     if foreign:
@@ -763,13 +778,18 @@ class GroupCommit:
                 self.lease.release(held)
 
     def _round(
-        self, locals_: list[_Local], listing: Future[_Listing] | None, mine: Intent | None = None
+        self,
+        locals_: list[_Local],
+        listing: Future[_Listing] | None,
+        mine: Intent | None = None,
+        last: bool = False,
     ) -> tuple[int, Future[_Listing] | None]:
         """One round: the listed intents after ``locals_``, as one version.
 
         Retries lost races until the round is written (or nothing is left to write). The
         next round's listing is started while this round's version is put (``listing``
-        in, the next one out; ``None``: list now, synchronously).
+        in, the next one out; ``None``: list now, synchronously), unless this is a helper's
+        round (``mine``) or the ``last`` one.
 
         Returns:
             How many other writers' intents it decided, and the next listing.
@@ -800,7 +820,7 @@ class GroupCommit:
                         intents=tuple(plan.outcomes),
                     )
                     # A busy round's next listing overlaps its put (an idle one waits).
-                    if mine is None and intents:
+                    if mine is None and intents and not last:
                         try:
                             listing = self._executor().submit(self._list_intents)
                         except RuntimeError:  # the interpreter is shutting down
@@ -1063,6 +1083,10 @@ class GroupCommit:
         time.sleep(min(self._decide_s * FOLLOWER_FIRST_LOOK, help_s / 2))
         record_tip = -1
         misses = 0
+        # Once per stall (the record standing still for a few usual waits): is there still
+        # a committer? One that stepped down is replaced now, not after help_ms.
+        stall_s = min(max(STALL_LEASE_LOOK * self._decide_s, help_s / 4), help_s / 2)
+        look_at: float | None = started + stall_s
         while True:
             found, tip = self._from_record(intent)
             if found is not None:
@@ -1074,6 +1098,11 @@ class GroupCommit:
                 # Rounds are being committed: a slow committer is not helped (helping adds
                 # work where time is short, and each helper reads every pending intent).
                 help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
+                look_at = time.monotonic() + stall_s
+            elif look_at is not None and time.monotonic() >= look_at:
+                look_at = None
+                if self._committer_gone():
+                    help_at = time.monotonic()
             if misses >= RECORD_MISSES or time.monotonic() >= help_at:
                 # The record moved on without it (or nothing moves): the log decides.
                 with self.table._lock:
@@ -1097,6 +1126,16 @@ class GroupCommit:
                     continue
             self._check_deadline(deadline)
             time.sleep(poll)
+
+    def _committer_gone(self) -> bool:
+        """Whether no live lease names a committer (released, lapsed or never taken)."""
+        self.stats["stall_looks"] += 1
+        try:
+            current = self.lease.read()
+        except (StorageError, OSError, UnsupportedProtocolError) as e:
+            _log.debug("%s: lease not read (%s)", self.table.name, e)
+            return False  # unknown: wait for help_ms as before
+        return current is None or not current.live(now_ms())
 
     def _learned(self, started: float) -> None:
         # Capped: the first look comes at most help_ms / 2 after the intent anyway.
