@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import pathlib
+import threading
+import time
+import uuid
 from typing import Any
 
 import pytest
 from procutil import run_workers
-from tableutil import read_all
+from tableutil import read_all, write_batch
 
 from txntable import Producer, Warehouse
 from txntable.producer.partitioner import partition_for_key
+from txntable.protocol.actions import CommitInfo
+from txntable.storage.base import StoredObject, StoreWrapper
+from txntable.storage.local import LocalStore
+from txntable.util import now_ms
 
 PROCESSES = 4
 RECORDS = 300
@@ -81,3 +88,45 @@ def test_processes_append_exactly_once(tmp_path: pathlib.Path) -> None:
     assert sum(p.segments for p in desc.partitions) >= PROCESSES * RECORDS // FLUSH_EVERY
     # … and every version was written by one of the processes.
     assert desc.version == commits
+
+
+class _InFlightGets(StoreWrapper):
+    """Counts reads of log versions, and the most in flight at once (each takes 30 ms)."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        super().__init__(inner)
+        self.versions: list[int] = []
+        self.in_flight = self.most_in_flight = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> StoredObject:
+        if "/_log/0" not in key:
+            return super().get(key)
+        with self._lock:
+            self.versions.append(int(key.rsplit("/", 1)[1].split(".")[0]))
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.03)
+            return super().get(key)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def test_a_lost_race_reads_the_versions_it_missed_two_at_a_time(tmp_path: pathlib.Path) -> None:
+    """The version a writer lost exists, and under contention more were won since: its
+    refresh reads two at a time (a round trip per two versions, at most one read more)."""
+    store = _InFlightGets(LocalStore(str(tmp_path)))
+    Warehouse(store=LocalStore(str(tmp_path))).create_table("t", partitions=1)
+    behind = Warehouse(store=store, group_commit=False).table("t")
+    snap = behind.snapshot()
+    assert behind.log.try_put(snap, [CommitInfo(now_ms(), "TEST", uuid.uuid4().hex)])
+    other = Warehouse(store=LocalStore(str(tmp_path)), group_commit=False).table("t")
+    for i in range(5):
+        write_batch(other, 0, [f"r{i}".encode()])  # versions 2..6
+    store.versions.clear()
+    assert not behind.log.try_put(snap, [CommitInfo(now_ms(), "TEST", uuid.uuid4().hex)])
+    assert snap.version == 6 and snap.partition(0).high_watermark == 5
+    assert sorted(store.versions) == [2, 3, 4, 5, 6, 7]  # each once; 7 does not exist
+    assert store.most_in_flight == 2

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -58,6 +58,23 @@ from txntable.util import RETRIABLE, now_ms
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
+
+
+#: Reads ahead of a refresh after a lost race (one version each, in flight beside the
+#: caller's own read): shared by every log of the process.
+READ_AHEAD_THREADS = 32
+_READ_AHEAD: ThreadPoolExecutor | None = None
+_READ_AHEAD_LOCK = threading.Lock()
+
+
+def _read_ahead_pool() -> ThreadPoolExecutor:
+    global _READ_AHEAD
+    with _READ_AHEAD_LOCK:
+        if _READ_AHEAD is None:
+            _READ_AHEAD = ThreadPoolExecutor(
+                READ_AHEAD_THREADS, thread_name_prefix="txntable-read-ahead"
+            )
+        return _READ_AHEAD
 
 
 @dataclass(frozen=True)
@@ -390,17 +407,18 @@ class Log:
             f"{self.root}: cannot time travel to version {version}; available versions: {available}"
         )
 
-    def refresh(self, snap: TableSnapshot, up_to: int | None = None) -> int:
+    def refresh(self, snap: TableSnapshot, up_to: int | None = None, lost: bool = False) -> int:
         """Apply versions newer than ``snap.version`` in place; return how many.
 
         Probes ``version + 1``, ``version + 2``, … until one is missing, so a refresh costs
-        one request per new version plus one, whatever the length of the history. At most
-        once per ``gap_check_interval_ms`` the miss is confirmed by :meth:`check_tip`.
+        one request per new version plus one, whatever the length of the history (``lost``:
+        after a lost race, two at a time). At most once per ``gap_check_interval_ms`` the
+        miss is confirmed by :meth:`check_tip`.
 
         Raises:
             CorruptLogError: A version is damaged, or a check found one missing.
         """
-        applied = self._probe(snap, up_to)
+        applied = self._probe(snap, up_to, paired=lost)
         if (up_to is None or snap.version < up_to) and self._gap_check_due():
             applied += self.check_tip(snap, up_to)
         return applied
@@ -458,15 +476,33 @@ class Log:
         self.catch_up(snap, known)
         return snap
 
-    def _probe(self, snap: TableSnapshot, up_to: int | None = None) -> int:
+    def _probe(self, snap: TableSnapshot, up_to: int | None = None, paired: bool = False) -> int:
+        """Apply ``snap.version + 1``, ``+ 2``, … until one is missing (or ``up_to``).
+
+        ``paired``: the next version is known to exist (a lost race), so more are likely
+        (under contention several writers won since): read two at a time, concurrently —
+        a round trip per two versions, for at most one read more than one at a time.
+        """
         applied = 0
         while up_to is None or snap.version < up_to:
             nxt = snap.version + 1
+            ahead: Future[list[Action] | None] | None = None
+            if paired and (up_to is None or nxt < up_to):
+                try:
+                    ahead = _read_ahead_pool().submit(self.read_version, nxt + 1)
+                except RuntimeError:  # the interpreter is shutting down
+                    ahead = None
             actions = self.read_version(nxt)
             if actions is None:
                 break
             snap.apply(nxt, actions, self.version_key(nxt))
             applied += 1
+            if ahead is not None:
+                after = ahead.result()
+                if after is None:
+                    break
+                snap.apply(nxt + 1, after, self.version_key(nxt + 1))
+                applied += 1
         return applied
 
     def _gap_check_due(self, listed: bool = False) -> bool:
@@ -700,7 +736,7 @@ class Log:
             self.store.put_if_absent(key, encode_actions(actions))
         except ObjectExistsError:
             self.stats.conflicts += 1
-            self.refresh(snap)
+            self.refresh(snap, lost=True)
             return False
         except (TransientStorageError, OSError):
             # The put may or may not have landed: read back, never write blindly again.
