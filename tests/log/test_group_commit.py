@@ -420,13 +420,23 @@ def test_of_many_waiting_writers_only_a_few_help_a_live_committer(
     for it in intents:
         wh.store.put(intent_key("t", it.created_ms, it.id, it.key_payload()), it.to_json())
     Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that does not commit
+    decoded: list[str] = []
+    decode = Intent.from_key_payload
+
+    def counting(*args: Any) -> Intent:
+        decoded.append(args[1])
+        return decode(*args)
+
+    monkeypatch.setattr(Intent, "from_key_payload", staticmethod(counting))
     monkeypatch.setattr(group_commit.random, "random", lambda: 0.5)  # 0.5 * 10 >= 4
     gc._help(intents[0])
     assert (gc.stats["helps_skipped"], gc.stats["helps"]) == (1, 0)
     assert wh.table("t").snapshot().version == 0
+    assert decoded == []  # a writer that does not help does not read what it listed
     monkeypatch.setattr(group_commit.random, "random", lambda: 0.3)  # 0.3 * 10 < 4
     gc._help(intents[0])
     assert gc.stats["helps"] == 1
+    assert sorted(decoded) == sorted(it.id for it in intents)
     snap = wh.table("t").snapshot()
     assert snap.version == 1
     assert all(snap.intents[it.id].error is None for it in intents)
