@@ -101,10 +101,11 @@ _log = logging.getLogger(__name__)
 
 LEASE_FORMAT_VERSION = 1
 OUTCOMES_FORMAT_VERSION = 1
-#: Lost races in a row after which a solo writer looks for (or becomes) a committer. One:
-#: at the start of a W=16 run, waiting for a second lost race kept every writer racing
-#: (and the new committer's first round losing to them) ~60 ms longer.
-ESCALATE_AFTER_CONFLICTS = 1
+#: Lost races in a row after which a solo writer looks for (or becomes) a committer. Not
+#: one: a handle that is merely behind (another handle of the same process committed)
+#: loses once, then wins; escalating then started a committer and raised the table's
+#: writer version to 4 for a single writer.
+ESCALATE_AFTER_CONFLICTS = 2
 #: A solo writer looks for a live committer once per lease_ms / LEASE_LOOKS, in the
 #: background (one GET off its commit path, so that one writer is no slower); the look
 #: serves its next commit.
