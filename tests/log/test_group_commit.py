@@ -662,3 +662,29 @@ def test_a_waiting_writer_replaces_a_committer_that_stepped_down_before_help_ms(
     current = gc.lease.read()
     assert current is not None and current.owner == gc.id and current.epoch == held.epoch + 1
     gc.close()
+
+
+def test_a_writer_that_loses_a_race_to_a_live_committers_round_follows_it(root: Path) -> None:
+    """One lost race is enough to join a live committer (racing its rounds again delays
+    every follower in them); without a committer a lost race is a handle merely behind,
+    and the writer retries alone (no lease taken, no committer started)."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    table.snapshot()
+    gc = table.group_commit
+    assert gc is not None
+    gc._lease_looked = time.monotonic() + 60  # no background look: the race decides
+    other = warehouse(root).table("t")
+    other.submit(AppendOp((_segment(wh, other, 0),)))  # `table` is now one version behind
+    result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
+    assert result.base_offsets == [1]
+    assert (gc.stats["direct"], gc.stats["followed"], table.log.stats.conflicts) == (1, 0, 1)
+    assert gc.lease.read() is None
+
+    other.submit(AppendOp((_segment(wh, other, 0),)))  # behind again, and now a committer:
+    held = Lease(table, "dead" * 8, 60_000).take(None)  # live, but commits nothing
+    assert held is not None
+    result, _ = table.submit(AppendOp((_segment(wh, table, 0),)))
+    assert result.base_offsets == [3]
+    assert (gc.stats["direct"], gc.stats["followed"], table.log.stats.conflicts) == (1, 1, 2)
+    assert gc.stats["helps"] >= 1  # the committer never decided it: the follower helped

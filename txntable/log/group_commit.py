@@ -452,10 +452,11 @@ class GroupCommit:
                 return None if done is None else (done[0].result, done[1])
             if mode == "follower":
                 return self._follow(op, transactional_id, deadline)
-            direct = self._direct(build, transactional_id, deadline)
+            direct = self._direct(build, transactional_id, deadline, can_follow=True)
             if direct is not None:
                 return direct[0].result, direct[1]
-            self._escalate(force=False)
+            if self._seen is None:
+                self._escalate(force=False)
             return None
 
         return self._until_done(attempt, deadline)
@@ -607,9 +608,15 @@ class GroupCommit:
     # --- solo ------------------------------------------------------------------------
 
     def _direct(
-        self, build: Build, transactional_id: str | None, deadline: float
+        self,
+        build: Build,
+        transactional_id: str | None,
+        deadline: float,
+        can_follow: bool = False,
     ) -> tuple[CommitPlan[Any], int] | None:
-        """Commit alone; ``None`` after ``ESCALATE_AFTER_CONFLICTS`` lost races in a row.
+        """Commit alone; ``None`` after ``ESCALATE_AFTER_CONFLICTS`` lost races in a row,
+        or (``can_follow``: a declarative operation) after one lost race when another writer
+        holds a live lease (then ``self._seen`` names it: follow it).
 
         A storage error is an outage, not a lost race: retried with backoff until
         ``deadline`` (then ``KafkaTimeoutError``, outcome unknown), never escalated.
@@ -650,6 +657,12 @@ class GroupCommit:
             outage = None
             self._conflicts += 1
             if self._conflicts >= ESCALATE_AFTER_CONFLICTS:
+                self._conflicts = 0
+                return None
+            if can_follow and self._committer_live():
+                # A committer runs rounds: join them now rather than race them once more
+                # (at W=256 writers racing a second time kept the committer's rounds losing
+                # for seconds). A handle merely behind (no committer) still retries alone.
                 self._conflicts = 0
                 return None
             log._backoff(attempt)
@@ -1133,6 +1146,21 @@ class GroupCommit:
                     continue
             self._check_deadline(deadline)
             time.sleep(poll)
+
+    def _committer_live(self) -> bool:
+        """Whether another writer holds a live lease (then followed: ``self._seen``)."""
+        try:
+            current = self.lease.read()
+        except (StorageError, OSError, UnsupportedProtocolError) as e:
+            _log.debug("%s: lease not read (%s)", self.table.name, e)
+            return False  # unknown: race on, escalating as usual
+        if current is None or current.owner == self.id or not current.live(now_ms()):
+            return False
+        with self._lock:
+            if self._committer is None:
+                self._seen = current
+                return True
+        return False
 
     def _committer_gone(self) -> bool:
         """Whether no live lease names a committer (released, lapsed or never taken)."""
