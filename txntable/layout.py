@@ -187,6 +187,17 @@ def segment_created_ms(name: str) -> int | None:
 
 COORDINATOR_DIR = "_coordinator"
 PRODUCER_IDS_KEY = f"{COORDINATOR_DIR}/producer_ids.json"
+#: Producer-id shards: shard 0 is PRODUCER_IDS_KEY (its ids start at 0, as before shards);
+#: shard k >= 1 hands out ids from k * PRODUCER_ID_SHARD_SPAN.
+PRODUCER_ID_SHARDS = 64
+PRODUCER_ID_SHARD_SPAN = 2**40
+
+
+def producer_ids_key(shard: int) -> str:
+    """Key of producer-id shard ``shard`` (0: the original block object)."""
+    if shard == 0:
+        return PRODUCER_IDS_KEY
+    return f"{COORDINATOR_DIR}/producer_ids-{shard}.json"
 TXN_DIR = f"{COORDINATOR_DIR}/txn/"
 
 

@@ -107,7 +107,7 @@ def test_coordinator_objects_refuse_nan(wh: Warehouse) -> None:
         TxnMetadata.from_json(b'{"version":1,"x":NaN}', "_coordinator/txn/a.json")
     wh.store.put(PRODUCER_IDS_KEY, b'{"nextBlockStart":0,"version":1,"x":Infinity}')
     with pytest.raises(CorruptLogError, match="invalid producer id block"):
-        ProducerIdAllocator(wh.store).allocate()
+        ProducerIdAllocator(wh.store, shards=1).allocate()  # shard 0: producer_ids.json
 
 
 # --- 8. checkpoint names: 20 digits ------------------------------------------------------------

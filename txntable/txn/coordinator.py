@@ -41,8 +41,11 @@ from txntable.errors import (
 )
 from txntable.layout import (
     GROUPS_DIR,
+    PRODUCER_ID_SHARD_SPAN,
+    PRODUCER_ID_SHARDS,
     PRODUCER_IDS_KEY,
     TXN_DIR,
+    producer_ids_key,
     txn_key,
 )
 from txntable.protocol.actions import loads_strict
@@ -279,11 +282,22 @@ def _pending_from_json(obj: Any, path: str, transactional_id: str) -> PendingBat
 
 
 class ProducerIdAllocator:
-    """Hands out producer ids from blocks reserved by CAS on ``producer_ids.json``."""
+    """Hands out producer ids from blocks reserved by CAS on one of the producer-id shards.
 
-    def __init__(self, store: Store, block_size: int = config.PRODUCER_ID_BLOCK_SIZE_DEFAULT):
+    A block is reserved on a shard chosen at random, and after a lost race on another one:
+    hundreds of producers starting together (a Spark job's tasks) would otherwise take one
+    block each from a single object, one CAS per round trip (W=256: 12,500 CAS attempts).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        block_size: int = config.PRODUCER_ID_BLOCK_SIZE_DEFAULT,
+        shards: int = PRODUCER_ID_SHARDS,
+    ):
         self.store = store
         self.block_size = block_size
+        self.shards = shards
         self._next = 0
         self._end = 0
         self._lock = threading.Lock()
@@ -298,9 +312,20 @@ class ProducerIdAllocator:
             return pid
 
     def _reserve_block(self) -> tuple[int, int]:
+        shard = random.randrange(self.shards)
+        full: set[int] = set()
         for _ in range(1000):
-            obj = load_object(self.store, PRODUCER_IDS_KEY)
-            start = 0 if obj is None else self._parse(obj.data)
+            key = producer_ids_key(shard)
+            first = shard * PRODUCER_ID_SHARD_SPAN
+            end = first + PRODUCER_ID_SHARD_SPAN
+            obj = load_object(self.store, key)
+            start = first if obj is None else self._parse(obj.data, key, first)
+            if start + self.block_size > end:
+                full.add(shard)  # spent (2**40 ids): another shard
+                if len(full) == self.shards:
+                    break
+                shard = random.choice([s for s in range(self.shards) if s not in full])
+                continue
             # A fresh writeId makes our bytes unique, so an ambiguous write is recognised.
             body = json.dumps(
                 {
@@ -312,27 +337,31 @@ class ProducerIdAllocator:
                 sort_keys=True,
             ).encode()
             try:
-                put_cas(self.store, PRODUCER_IDS_KEY, body, None if obj is None else obj.etag)
+                put_cas(self.store, key, body, None if obj is None else obj.etag)
                 return start, start + self.block_size
             except PreconditionFailedError:
+                # Another producer took this shard's block: try another shard (the others
+                # taking one now race here; spread, each shard sees a few of them).
+                if self.shards > 1:
+                    shard = random.choice([s for s in range(self.shards) if s != shard])
                 time.sleep(random.uniform(0, 0.01))
             except TransientStorageError:
                 pass  # did not land (put_cas read it back): reload and try again
         raise InvalidTxnStateError("could not reserve a producer id block after 1000 attempts")
 
     @staticmethod
-    def _parse(data: bytes) -> int:
+    def _parse(data: bytes, key: str = PRODUCER_IDS_KEY, first: int = 0) -> int:
         try:
             obj = loads_strict(data)
             version, start = obj["version"], obj["nextBlockStart"]
         except (ValueError, KeyError, TypeError):
-            raise CorruptLogError("invalid producer id block", PRODUCER_IDS_KEY) from None
+            raise CorruptLogError("invalid producer id block", key) from None
         if not isinstance(version, int) or version > PRODUCER_IDS_VERSION:
             raise UnsupportedProtocolError(
                 f"producer id block version {version!r} is newer than {PRODUCER_IDS_VERSION}"
             )
-        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            raise CorruptLogError("invalid nextBlockStart", PRODUCER_IDS_KEY)
+        if not isinstance(start, int) or isinstance(start, bool) or not first <= start:
+            raise CorruptLogError(f"invalid nextBlockStart {start!r}", key)
         return start
 
 

@@ -1,0 +1,136 @@
+"""Producer ids: blocks reserved by CAS on one of 64 shards, never handed out twice.
+
+Hundreds of producers starting together (a Spark job's tasks, issue 17's W=256) each reserve
+a block; on one object that is one CAS per round trip for all of them, and most attempts
+lose. Shard 0 is the original ``_coordinator/producer_ids.json`` (an older client's blocks
+come from it, from 0 up); shard k hands out ids from k * 2**40.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from txntable.errors import CorruptLogError, PreconditionFailedError
+from txntable.layout import (
+    PRODUCER_ID_SHARD_SPAN,
+    PRODUCER_ID_SHARDS,
+    PRODUCER_IDS_KEY,
+    producer_ids_key,
+)
+from txntable.storage.base import Store, StoreWrapper
+from txntable.storage.local import LocalStore
+from txntable.storage.wrappers import LatencyStore
+from txntable.txn import coordinator
+from txntable.txn.coordinator import ProducerIdAllocator
+
+
+@pytest.fixture
+def store(tmp_path) -> Iterator[LocalStore]:
+    yield LocalStore(str(tmp_path))
+
+
+class _CountingConflicts(StoreWrapper):
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.conflicts = 0
+        self._lock = threading.Lock()
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        try:
+            return super().put_if_match(key, data, etag)
+        except PreconditionFailedError:
+            with self._lock:
+                self.conflicts += 1
+            raise
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        try:
+            return super().put_if_absent(key, data)
+        except Exception:
+            with self._lock:
+                self.conflicts += 1
+            raise
+
+
+def _shard_of(pid: int) -> int:
+    return pid // PRODUCER_ID_SHARD_SPAN
+
+
+def test_producers_starting_together_get_distinct_ids_from_many_shards(store: LocalStore) -> None:
+    """32 producers (each its own allocator, as separate processes are) reserve at once:
+    every id distinct, each in its shard's range, and few CAS attempts lost (on one object
+    most of them would be)."""
+    counting = _CountingConflicts(LatencyStore(store, 5))
+    ids: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(32)
+
+    def producer() -> None:
+        allocator = ProducerIdAllocator(counting, block_size=10)
+        start.wait(10)
+        got = [allocator.allocate() for _ in range(3)]
+        with lock:
+            ids.extend(got)
+
+    threads = [threading.Thread(target=producer) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(ids) == 96 and len(set(ids)) == 96
+    shards = {_shard_of(i) for i in ids}
+    assert len(shards) > 8 and shards <= set(range(PRODUCER_ID_SHARDS))
+    for i in ids:
+        first = _shard_of(i) * PRODUCER_ID_SHARD_SPAN
+        assert first <= i < first + PRODUCER_ID_SHARD_SPAN
+    assert counting.conflicts < 32
+    # Each producer's three ids came from one block of its own.
+    assert all(store.get(producer_ids_key(s)).data for s in shards)
+
+
+def test_shard_zero_is_the_original_block_object(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older client's blocks (``producer_ids.json``, from 0 up) and a newer one's on
+    shard 0 come from the same object by the same CAS: never the same id."""
+    store.put(PRODUCER_IDS_KEY, b'{"nextBlockStart":5000,"version":1,"writeId":"x"}')
+    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 0)
+    assert ProducerIdAllocator(store, block_size=100).allocate() == 5000
+    assert b'"nextBlockStart":5100' in store.get(PRODUCER_IDS_KEY).data
+    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 7)
+    assert ProducerIdAllocator(store, block_size=100).allocate() == 7 * PRODUCER_ID_SHARD_SPAN
+    assert store.get(producer_ids_key(7)).data.startswith(b'{"nextBlockStart":%d,' % (
+        7 * PRODUCER_ID_SHARD_SPAN + 100))
+
+
+def test_a_spent_shard_is_left_for_another(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    end = 4 * PRODUCER_ID_SHARD_SPAN
+    store.put(producer_ids_key(3), b'{"nextBlockStart":%d,"version":1,"writeId":"x"}' % (end - 5))
+    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 3)
+    pid = ProducerIdAllocator(store, block_size=10).allocate()
+    assert _shard_of(pid) != 3
+    assert store.get(producer_ids_key(3)).data.startswith(b'{"nextBlockStart":%d,' % (end - 5))
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        (b"not json", "invalid producer id block"),
+        (b'{"nextBlockStart":5,"version":1,"writeId":"x"}', "invalid nextBlockStart 5"),
+        (b'{"nextBlockStart":true,"version":1,"writeId":"x"}', "invalid nextBlockStart"),
+    ],
+    ids=["not-json", "below-the-shard", "not-an-int"],
+)
+def test_a_damaged_shard_is_a_typed_error_naming_it(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch, body: bytes, error: str
+) -> None:
+    store.put(producer_ids_key(9), body)
+    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 9)
+    with pytest.raises(CorruptLogError, match=error) as info:
+        ProducerIdAllocator(store).allocate()
+    assert info.value.path == producer_ids_key(9)
