@@ -10,6 +10,7 @@ import random
 import pytest
 from maintutil import comparable
 from tableutil import (
+    ReadFaultStore,
     RecordingStore,
     batch,
     build_table,
@@ -20,7 +21,8 @@ from tableutil import (
 )
 
 from txntable import Consumer, TopicPartition, Warehouse
-from txntable.log.log import Log
+from txntable.errors import TransientStorageError
+from txntable.log.log import LOAD_READ_RETRIES, Log
 from txntable.protocol.actions import (
     Action,
     AppTxn,
@@ -197,6 +199,33 @@ def test_fresh_load_reads_checkpoint_and_tail_only(recording_store: RecordingSto
     assert recording_store.counts["LIST"] == 1
     assert snap.version == 12
     assert_same_state(snap, full_replay(Table(recording_store, "cp")))
+
+
+def test_a_load_rides_out_failed_reads_instead_of_starting_over(
+    recording_store: RecordingStore,
+) -> None:
+    """A load of a large table is hundreds of reads: one that fails transiently is retried
+    in place (LOAD_READ_RETRIES times), not the whole load. A harness run's workers spent
+    their 60 s budget restarting loads of a 4.6 MB checkpoint and ~200 versions at 1% of
+    failed requests; past the retries the error is raised, typed."""
+    wh = Warehouse(store=recording_store)
+    build_table(wh, 12)  # the checkpoint at 10, then versions 11 and 12
+    faulty = ReadFaultStore(recording_store)
+    faulty.fail_next_get("cp/_log/00000000000000000010.checkpoint.json")
+    faulty.fail_next_get("cp/_log/00000000000000000011.json", times=LOAD_READ_RETRIES)
+    recording_store.reset()
+    snap = Warehouse(store=faulty).table("cp").snapshot()
+    assert snap.version == 12 and faulty.get_faults_fired == 1 + LOAD_READ_RETRIES
+    assert recording_store.log_gets("cp") == [  # the failed reads never reached the store
+        "cp/_log/_last_checkpoint",
+        "cp/_log/00000000000000000010.checkpoint.json",
+        "cp/_log/00000000000000000011.json",
+        "cp/_log/00000000000000000012.json",
+        "cp/_log/00000000000000000013.json",
+    ]
+    faulty.fail_next_get("cp/_log/00000000000000000012.json", times=LOAD_READ_RETRIES + 1)
+    with pytest.raises(TransientStorageError, match="injected read failure"):
+        Warehouse(store=faulty).table("cp").snapshot()
 
 
 def test_time_travel_uses_an_older_checkpoint(recording_store: RecordingStore) -> None:

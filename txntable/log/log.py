@@ -53,13 +53,17 @@ from txntable.protocol.actions import (
     loads_strict,
 )
 from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
-from txntable.storage.base import Store
+from txntable.storage.base import Store, StoredObject
 from txntable.util import RETRIABLE, now_ms
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
 
+#: A load retries a read that failed transiently in place, this many times (from this
+#: many ms, doubling): the load is not restarted for one failed request.
+LOAD_READ_RETRIES = 3
+LOAD_READ_BACKOFF_MS = 20
 #: Reads ahead of a refresh after a lost race (one version each, in flight beside the
 #: caller's own read): shared by every log of the process.
 READ_AHEAD_THREADS = 32
@@ -239,14 +243,29 @@ class Log:
 
     # --- reading --------------------------------------------------------------------------
 
-    def read_version(self, version: int) -> list[Action] | None:
-        """Read and decode one version, or ``None`` if it does not exist yet."""
+    def read_version(self, version: int, retries: int = 0) -> list[Action] | None:
+        """Read and decode one version, or ``None`` if it does not exist yet.
+
+        ``retries``: a transient storage error is retried in place that many times (a load
+        of a large table is hundreds of reads: restarting it on any of them made a load at
+        1% failed requests finish one attempt in twelve).
+        """
         key = self.version_key(version)
         try:
-            data = self.store.get(key).data
+            data = self._get(key, retries).data
         except ObjectNotFoundError:
             return None
         return decode_actions(data, key)
+
+    def _get(self, key: str, retries: int = 0) -> StoredObject:
+        for attempt in range(retries + 1):
+            try:
+                return self.store.get(key)
+            except TransientStorageError:
+                if attempt == retries:
+                    raise
+                time.sleep(random.uniform(0, LOAD_READ_BACKOFF_MS * 2**attempt) / 1000)
+        raise AssertionError("unreachable")
 
     def exists(self) -> bool:
         """Whether version 0 exists (maintenance never deletes it)."""
@@ -299,13 +318,17 @@ class Log:
             CorruptLogError: If a part is damaged or the state is inconsistent.
         """
         keys = [self.checkpoint_key(version, i, parts) for i in range(1, parts + 1)]
+
+        def get(key: str) -> StoredObject:
+            return self._get(key, LOAD_READ_RETRIES)
+
         try:
             if parts == 1:
-                datas = [self.store.get(keys[0]).data]
+                datas = [get(keys[0]).data]
             else:
                 # Parts are independent objects: fetch them concurrently (latency-bound).
                 with ThreadPoolExecutor(min(parts, 8)) as pool:
-                    datas = [r.data for r in pool.map(self.store.get, keys)]
+                    datas = [r.data for r in pool.map(get, keys)]
         except ObjectNotFoundError:
             return None
         actions: list[Action] = []
@@ -366,13 +389,13 @@ class Log:
                 break
         if snap is None:
             snap = TableSnapshot()
-            actions = self.read_version(0)
+            actions = self.read_version(0, LOAD_READ_RETRIES)
             if actions is None:
                 raise ObjectNotFoundError(self.version_key(0))
             snap.apply(0, actions, self.version_key(0))
             if version != 0:
                 self._check_not_truncated(listed, version)
-        self._probe(snap, up_to=version)
+        self._probe(snap, up_to=version, retries=LOAD_READ_RETRIES)
         if version is None or snap.version < version:
             if listed or self.store.ordered_listing:
                 self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
@@ -476,7 +499,9 @@ class Log:
         self.catch_up(snap, known)
         return snap
 
-    def _probe(self, snap: TableSnapshot, up_to: int | None = None, paired: bool = False) -> int:
+    def _probe(
+        self, snap: TableSnapshot, up_to: int | None = None, paired: bool = False, retries: int = 0
+    ) -> int:
         """Apply ``snap.version + 1``, ``+ 2``, … until one is missing (or ``up_to``).
 
         ``paired``: the next version is known to exist (a lost race), so more are likely
@@ -492,7 +517,7 @@ class Log:
                     ahead = _read_ahead_pool().submit(self.read_version, nxt + 1)
                 except RuntimeError:  # the interpreter is shutting down
                     ahead = None
-            actions = self.read_version(nxt)
+            actions = self.read_version(nxt, retries)
             if actions is None:
                 break
             snap.apply(nxt, actions, self.version_key(nxt))
