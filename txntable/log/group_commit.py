@@ -9,9 +9,10 @@ commits (the spec's "Group commit"):
 
 * **solo** — a writer that meets no other writer commits its own version directly, exactly
   as before (so one writer is no slower).
-* After ``ESCALATE_AFTER_CONFLICTS`` lost races in a row it reads the **lease**
-  (``<root>/_commit/lease.json``: owner, epoch, expiry; changed by CAS only): with no live
-  lease it takes it and becomes the **committer**, else it is a **follower**.
+* After a lost race it reads the **lease** (``<root>/_commit/lease.json``: owner, epoch,
+  expiry; changed by CAS only): another writer's live one makes it a **follower**. After
+  ``ESCALATE_AFTER_CONFLICTS`` lost races in a row with no live lease it takes it and
+  becomes the **committer**.
 * The committer runs rounds in a background thread — LIST the intents, GET the new ones,
   sequence them after its own operations into one version, put it, publish the round's
   outcomes, delete the decided intents (the next round's LIST overlaps this round's put) —
@@ -22,8 +23,10 @@ commits (the spec's "Group commit"):
   and waits for a round to decide it: it reads the committer's **outcome record**
   (``<root>/_commit/outcomes.json``, a hint: the outcomes and offsets of its last rounds,
   so a follower needs one read however many versions went by), and the log itself when the
-  record does not tell. If nothing decides it within ``help_ms`` it commits a round itself
-  (taking the lease if it lapsed): a dead committer costs latency, never progress.
+  record does not tell. A record that stands still makes it read the lease once (a
+  committer that stepped down is replaced at once); if nothing decides it within
+  ``help_ms`` it commits a round itself (taking the lease if it lapsed): a dead committer
+  costs latency, never progress. A committer that closes decides what it lists then.
 
 Safety rests on put-if-absent alone: a zombie committer's version is a valid serialisation
 of the intents it read, or it loses the put; the lease and the outcome record only decide
