@@ -23,7 +23,6 @@ from txntable.layout import (
 from txntable.storage.base import Store, StoreWrapper
 from txntable.storage.local import LocalStore
 from txntable.storage.wrappers import LatencyStore
-from txntable.txn import coordinator
 from txntable.txn.coordinator import ProducerIdAllocator
 
 
@@ -86,33 +85,29 @@ def test_producers_starting_together_get_distinct_ids_from_many_shards(store: Lo
     for i in ids:
         first = _shard_of(i) * PRODUCER_ID_SHARD_SPAN
         assert first <= i < first + PRODUCER_ID_SHARD_SPAN
-    assert counting.conflicts < 32
+    # All try shard 0 first (31 lose it), then spread: a few more. One shard: ~500.
+    assert counting.conflicts < 100
     # Each producer's three ids came from one block of its own.
     assert all(store.get(producer_ids_key(s)).data for s in shards)
 
 
-def test_shard_zero_is_the_original_block_object(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_shard_zero_is_the_original_block_object(store: LocalStore) -> None:
     """An older client's blocks (``producer_ids.json``, from 0 up) and a newer one's on
-    shard 0 come from the same object by the same CAS: never the same id."""
+    shard 0 come from the same object by the same CAS: never the same id. Shard 0 is tried
+    first: producers starting one at a time get small ids in order, as before shards."""
     store.put(PRODUCER_IDS_KEY, b'{"nextBlockStart":5000,"version":1,"writeId":"x"}')
-    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 0)
-    assert ProducerIdAllocator(store, block_size=100).allocate() == 5000
+    assert ProducerIdAllocator(store, block_size=100).allocate() == 5000  # shard 0 first
     assert b'"nextBlockStart":5100' in store.get(PRODUCER_IDS_KEY).data
-    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 7)
-    assert ProducerIdAllocator(store, block_size=100).allocate() == 7 * PRODUCER_ID_SHARD_SPAN
+    allocator = ProducerIdAllocator(store, block_size=100, first_shard=7)
+    assert allocator.allocate() == 7 * PRODUCER_ID_SHARD_SPAN
     assert store.get(producer_ids_key(7)).data.startswith(b'{"nextBlockStart":%d,' % (
         7 * PRODUCER_ID_SHARD_SPAN + 100))
 
 
-def test_a_spent_shard_is_left_for_another(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_spent_shard_is_left_for_another(store: LocalStore) -> None:
     end = 4 * PRODUCER_ID_SHARD_SPAN
     store.put(producer_ids_key(3), b'{"nextBlockStart":%d,"version":1,"writeId":"x"}' % (end - 5))
-    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 3)
-    pid = ProducerIdAllocator(store, block_size=10).allocate()
+    pid = ProducerIdAllocator(store, block_size=10, first_shard=3).allocate()
     assert _shard_of(pid) != 3
     assert store.get(producer_ids_key(3)).data.startswith(b'{"nextBlockStart":%d,' % (end - 5))
 
@@ -127,10 +122,9 @@ def test_a_spent_shard_is_left_for_another(
     ids=["not-json", "below-the-shard", "not-an-int"],
 )
 def test_a_damaged_shard_is_a_typed_error_naming_it(
-    store: LocalStore, monkeypatch: pytest.MonkeyPatch, body: bytes, error: str
+    store: LocalStore, body: bytes, error: str
 ) -> None:
     store.put(producer_ids_key(9), body)
-    monkeypatch.setattr(coordinator.random, "randrange", lambda n: 9)
     with pytest.raises(CorruptLogError, match=error) as info:
-        ProducerIdAllocator(store).allocate()
+        ProducerIdAllocator(store, first_shard=9).allocate()
     assert info.value.path == producer_ids_key(9)
