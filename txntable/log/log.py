@@ -49,7 +49,9 @@ from txntable.protocol.actions import (
     Protocol,
     check_protocol,
     decode_actions,
+    encode_action,
     encode_actions,
+    encode_lines,
     loads_strict,
 )
 from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
@@ -225,6 +227,8 @@ class Log:
         self.checkpoint_part_actions = CHECKPOINT_PART_ACTIONS
         self._lock = threading.Lock()
         self._checkpointer: ThreadPoolExecutor | None = None
+        #: The last checkpoint's lines by action (see _checkpoint_lines).
+        self._lines: dict[int, tuple[Action, str]] = {}
 
     # --- keys -----------------------------------------------------------------------------
 
@@ -850,15 +854,32 @@ class Log:
         assert snap.protocol is not None
         return self._put_checkpoint(snap.version, snap.protocol, checkpoint_actions(snap), strict)
 
+    def _checkpoint_lines(self, actions: list[Action]) -> list[str]:
+        """The encoded lines of ``actions``, reusing the last checkpoint's line of every
+        action that is still the same object (the state's entries are immutable and mostly
+        unchanged between checkpoints): its CPU is O(new entries), not O(state) — a
+        committer's process waits for it (one GIL)."""
+        previous = self._lines
+        lines: list[str] = []
+        kept: dict[int, tuple[Action, str]] = {}
+        for action in actions:
+            hit = previous.get(id(action))
+            line = hit[1] if hit is not None and hit[0] is action else encode_action(action)
+            kept[id(action)] = (action, line)
+            lines.append(line)
+        self._lines = kept
+        return lines
+
     def _put_checkpoint(
         self, version: int, protocol: Protocol, actions: list[Action], strict: bool = False
     ) -> bool:
         size = max(1, self.checkpoint_part_actions)
-        chunks = [actions[i : i + size] for i in range(0, len(actions), size)]
+        lines = self._checkpoint_lines(actions)
+        chunks = [lines[i : i + size] for i in range(0, len(lines), size)]
         parts = len(chunks)
         try:
             for i, chunk in enumerate(chunks, 1):
-                self.store.put(self.checkpoint_key(version, i, parts), encode_actions(chunk))
+                self.store.put(self.checkpoint_key(version, i, parts), encode_lines(chunk))
             if parts > 1 and protocol.minReaderVersion >= MAINTENANCE_PROTOCOL_VERSION:
                 # v1 readers only know single-file checkpoints: give them one that holds the
                 # protocol, so they refuse the table instead of replaying a truncated log.

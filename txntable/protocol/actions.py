@@ -421,9 +421,18 @@ def _field_from_dict(f: Any) -> Field:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
+def encode_action(action: Action) -> str:
+    """One action's line of a version or checkpoint (without its newline)."""
+    return _ENCODER.encode(action_to_dict(action))
+
+
 def encode_actions(actions: list[Action]) -> bytes:
     """Encode actions as newline-delimited JSON (one log version)."""
-    lines = [_ENCODER.encode(action_to_dict(a)) for a in actions]
+    return encode_lines([encode_action(a) for a in actions])
+
+
+def encode_lines(lines: list[str]) -> bytes:
+    """Newline-delimited lines of :func:`encode_action` as a version or checkpoint's bytes."""
     return ("\n".join(lines) + "\n").encode()
 
 
