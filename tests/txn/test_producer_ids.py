@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from txntable.errors import CorruptLogError, PreconditionFailedError
+from txntable.errors import CorruptLogError, InvalidTxnStateError, PreconditionFailedError
 from txntable.layout import (
     PRODUCER_ID_SHARD_SPAN,
     PRODUCER_ID_SHARDS,
@@ -128,3 +128,12 @@ def test_a_damaged_shard_is_a_typed_error_naming_it(
     with pytest.raises(CorruptLogError, match=error) as info:
         ProducerIdAllocator(store, first_shard=9).allocate()
     assert info.value.path == producer_ids_key(9)
+
+
+def test_with_every_shard_spent_no_block_is_reserved(store: LocalStore) -> None:
+    for shard in range(2):
+        end = (shard + 1) * PRODUCER_ID_SHARD_SPAN
+        store.put(producer_ids_key(shard), b'{"nextBlockStart":%d,"version":1,"writeId":"x"}' % (
+            end - 5))
+    with pytest.raises(InvalidTxnStateError, match="every shard is spent"):
+        ProducerIdAllocator(store, block_size=10, shards=2).allocate()

@@ -569,19 +569,30 @@ class GroupCommit:
         except RuntimeError:  # the interpreter is shutting down
             pass
 
-    def _look(self) -> None:
+    def _read_lease_hint(self) -> tuple[bool, LeaseState | None]:
+        """``(read, lease)``: the lease read as a hint — a storage error leaves it unknown
+        (``read`` false) instead of raising; escalating reads it on the commit path and
+        raises."""
         try:
-            current = self.lease.read()
+            return True, self.lease.read()
         except (StorageError, OSError, UnsupportedProtocolError) as e:
-            # Only a hint is lost: the writer goes on racing alone and looks again later;
-            # escalating after lost races reads the lease on the commit path and raises.
             _log.debug("%s: lease not read (%s)", self.table.name, e)
-            return
-        if current is None or current.owner == self.id or not current.live(now_ms()):
-            return
+            return False, None
+
+    def _look(self) -> bool:
+        """Read the lease; another writer's live one is followed from the next operation
+        (``self._seen``). Returns whether this handle now follows one."""
+        read, current = self._read_lease_hint()
+        if not read or current is None or current.owner == self.id:
+            return False
+        if not current.live(now_ms()):
+            return False
         with self._lock:
-            if self._seen is None and self._committer is None:
+            if self._committer is not None:
+                return False
+            if self._seen is None:
                 self._seen = current
+            return True
 
     def _escalate(self, force: bool) -> None:
         """After lost races: follow a live committer, or become the committer (``force``:
@@ -662,7 +673,7 @@ class GroupCommit:
             if self._conflicts >= ESCALATE_AFTER_CONFLICTS:
                 self._conflicts = 0
                 return None
-            if can_follow and self._committer_live():
+            if can_follow and self._look():
                 # A committer runs rounds: join them now rather than race them once more
                 # (at W=256 writers racing a second time kept the committer's rounds losing
                 # for seconds). A handle merely behind (no committer) still retries alone.
@@ -1150,30 +1161,12 @@ class GroupCommit:
             self._check_deadline(deadline)
             time.sleep(poll)
 
-    def _committer_live(self) -> bool:
-        """Whether another writer holds a live lease (then followed: ``self._seen``)."""
-        try:
-            current = self.lease.read()
-        except (StorageError, OSError, UnsupportedProtocolError) as e:
-            _log.debug("%s: lease not read (%s)", self.table.name, e)
-            return False  # unknown: race on, escalating as usual
-        if current is None or current.owner == self.id or not current.live(now_ms()):
-            return False
-        with self._lock:
-            if self._committer is None:
-                self._seen = current
-                return True
-        return False
-
     def _committer_gone(self) -> bool:
-        """Whether no live lease names a committer (released, lapsed or never taken)."""
+        """Whether no live lease names a committer (released, lapsed or never taken); an
+        unreadable lease is not taken for gone (the writer waits for help_ms as before)."""
         self.stats["stall_looks"] += 1
-        try:
-            current = self.lease.read()
-        except (StorageError, OSError, UnsupportedProtocolError) as e:
-            _log.debug("%s: lease not read (%s)", self.table.name, e)
-            return False  # unknown: wait for help_ms as before
-        return current is None or not current.live(now_ms())
+        read, current = self._read_lease_hint()
+        return read and (current is None or not current.live(now_ms()))
 
     def _learned(self, started: float) -> None:
         # Capped: the first look comes at most help_ms / 2 after the intent anyway.

@@ -43,7 +43,6 @@ from txntable.layout import (
     GROUPS_DIR,
     PRODUCER_ID_SHARD_SPAN,
     PRODUCER_ID_SHARDS,
-    PRODUCER_IDS_KEY,
     TXN_DIR,
     producer_ids_key,
     txn_key,
@@ -351,10 +350,11 @@ class ProducerIdAllocator:
                 time.sleep(random.uniform(0, 0.01))
             except TransientStorageError:
                 pass  # did not land (put_cas read it back): reload and try again
-        raise InvalidTxnStateError("could not reserve a producer id block after 1000 attempts")
+        why = "every shard is spent" if len(full) == self.shards else "after 1000 attempts"
+        raise InvalidTxnStateError(f"could not reserve a producer id block: {why}")
 
     @staticmethod
-    def _parse(data: bytes, key: str = PRODUCER_IDS_KEY, first: int = 0) -> int:
+    def _parse(data: bytes, key: str, first: int) -> int:
         try:
             obj = loads_strict(data)
             version, start = obj["version"], obj["nextBlockStart"]
