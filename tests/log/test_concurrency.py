@@ -15,8 +15,9 @@ from tableutil import read_all, write_batch
 from txntable import Producer, Warehouse
 from txntable.producer.partitioner import partition_for_key
 from txntable.protocol.actions import CommitInfo
-from txntable.storage.base import StoredObject, StoreWrapper
+from txntable.storage.base import Store, StoredObject, StoreWrapper
 from txntable.storage.local import LocalStore
+from txntable.storage.memory import MemoryStore
 from txntable.util import now_ms
 
 PROCESSES = 4
@@ -93,7 +94,7 @@ def test_processes_append_exactly_once(tmp_path: pathlib.Path) -> None:
 class _InFlightGets(StoreWrapper):
     """Counts reads of log versions, and the most in flight at once (each takes 30 ms)."""
 
-    def __init__(self, inner: LocalStore) -> None:
+    def __init__(self, inner: Store) -> None:
         super().__init__(inner)
         self.versions: list[int] = []
         self.in_flight = self.most_in_flight = 0
@@ -130,3 +131,33 @@ def test_a_lost_race_reads_the_versions_it_missed_two_at_a_time(tmp_path: pathli
     assert snap.version == 6 and snap.partition(0).high_watermark == 5
     assert sorted(store.versions) == [2, 3, 4, 5, 6, 7]  # each once; 7 does not exist
     assert store.most_in_flight == 2
+
+
+def _table_with_tail(store: Store, tail: int) -> None:
+    """A table whose newest checkpoint is at version 100, then ``tail`` versions."""
+    wh = Warehouse(store=store, group_commit=False)
+    wh.create_table("t", partitions=1)
+    with Producer(wh, linger_ms=0) as producer:
+        for i in range(100 + tail):  # version 1 + i
+            producer.send("t", value=b"%d" % i, partition=0).result()
+
+
+def test_a_load_reads_the_tail_after_its_checkpoint_at_once(memory_store: MemoryStore) -> None:
+    """On a store that lists in order (S3) a load lists what follows the checkpoint while it
+    reads it, then reads the listed versions concurrently: a table 40 versions after its
+    checkpoint opened in ~1 s at 20 ms a request when it read them one after another."""
+    _table_with_tail(memory_store, 40)  # the checkpoint at 100, versions 101..140
+    store = _InFlightGets(memory_store)
+    snap = Warehouse(store=store, group_commit=False).table("t").snapshot()
+    assert snap.version == 140 and snap.partition(0).high_watermark == 140
+    # The checkpoint (100), then each version once; no probe of 141.
+    assert sorted(store.versions) == list(range(100, 141))
+    assert store.most_in_flight >= 16
+
+
+def test_a_load_at_a_version_reads_only_up_to_it(memory_store: MemoryStore) -> None:
+    _table_with_tail(memory_store, 40)
+    store = _InFlightGets(memory_store)
+    snap = Warehouse(store=store, group_commit=False).table("t").log.load(120)
+    assert snap.version == 120 and snap.partition(0).high_watermark == 120
+    assert sorted(store.versions) == list(range(100, 121))

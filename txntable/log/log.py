@@ -66,8 +66,11 @@ _log = logging.getLogger(__name__)
 #: many ms, doubling): the load is not restarted for one failed request.
 LOAD_READ_RETRIES = 3
 LOAD_READ_BACKOFF_MS = 20
+#: Versions a load reads at once when a listing names them (the tail after a checkpoint).
+LOAD_READS = 32
 #: Reads ahead of a refresh after a lost race (one version each, in flight beside the
-#: caller's own read): shared by every log of the process.
+#: caller's own read) and a load's reads of a listed tail: shared by every log of the
+#: process.
 READ_AHEAD_THREADS = 32
 _READ_AHEAD: ThreadPoolExecutor | None = None
 _READ_AHEAD_LOCK = threading.Lock()
@@ -371,6 +374,10 @@ class Log:
         (see :meth:`check_tip`), so a deleted version is never mistaken for the end — on a
         store whose listing reads the whole directory (local disk), a bounded probe
         (:meth:`probe_tip`) instead, so the load stays O(live state) however long the log.
+        Where the listing comes first (an ordered store lists the tail while the checkpoint
+        is read; a load without a usable hint lists the log) the versions it names are read
+        concurrently: a load costs a few round trips, not one per version after the
+        checkpoint.
 
         Raises:
             ObjectNotFoundError: If the log has no version 0 (no such table).
@@ -383,7 +390,15 @@ class Log:
             raise self._version_not_found(version)
         snap: TableSnapshot | None = None
         listed: list[LogListing] = []
+        tail: tuple[int, Future[LogListing]] | None = None
         for cp, parts in self._checkpoint_candidates(version, listed):
+            if tail is None and not listed and self.store.ordered_listing:
+                # What follows the hint's checkpoint does not depend on its content: list it
+                # while the checkpoint is read (a round trip less).
+                try:
+                    tail = (cp, _read_ahead_pool().submit(self.listing, cp))
+                except RuntimeError:  # the interpreter is shutting down
+                    tail = None
             try:
                 snap = self.read_checkpoint(cp, parts)
             except CorruptLogError as e:
@@ -399,15 +414,49 @@ class Log:
             snap.apply(0, actions, self.version_key(0))
             if version != 0:
                 self._check_not_truncated(listed, version)
-        self._probe(snap, up_to=version, retries=LOAD_READ_RETRIES)
-        if version is None or snap.version < version:
-            if listed or self.store.ordered_listing:
-                self.check_tip(snap, up_to=version, listing=listed[0] if listed else None)
-            else:
-                self.probe_tip(snap, up_to=version)
+        listing = listed[0] if listed else None
+        if listing is None and tail is not None and tail[0] == snap.version:
+            listing = tail[1].result()
+        if listing is not None:
+            # The listing names the tail: read it concurrently, not a round trip a version.
+            self._read_listed(snap, listing, up_to=version)
+            if version is None or snap.version < version:
+                self.check_tip(snap, up_to=version, listing=listing)
+        else:
+            self._probe(snap, up_to=version, retries=LOAD_READ_RETRIES)
+            if version is None or snap.version < version:
+                if self.store.ordered_listing:
+                    self.check_tip(snap, up_to=version)
+                else:
+                    self.probe_tip(snap, up_to=version)
         if version is not None and snap.version != version:
             raise self._version_not_found(version, snap.version)
         return snap
+
+    def _read_listed(self, snap: TableSnapshot, listing: LogListing, up_to: int | None) -> None:
+        """Apply the versions ``listing`` holds right after ``snap.version`` (up to ``up_to``,
+        until the first it lacks), ``LOAD_READS`` in flight at a time, in order. A version
+        that is gone by the time it is read ends the run: the caller's tip check settles it.
+        """
+        present = set(listing.versions)
+        wanted: list[int] = []
+        nxt = snap.version + 1
+        while nxt in present and (up_to is None or nxt <= up_to):
+            wanted.append(nxt)
+            nxt += 1
+        pool = _read_ahead_pool()
+        for start in range(0, len(wanted), LOAD_READS):
+            chunk = wanted[start : start + LOAD_READS]
+            reads = [pool.submit(self.read_version, v, LOAD_READ_RETRIES) for v in chunk]
+            try:
+                for v, read in zip(chunk, reads, strict=True):
+                    actions = read.result()
+                    if actions is None:
+                        return
+                    snap.apply(v, actions, self.version_key(v))
+            finally:
+                for read in reads:
+                    read.cancel()
 
     def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
         """Replay from version 0 needs version 1 onwards: refuse a truncated log."""
