@@ -117,7 +117,7 @@ class _InFlightGets(StoreWrapper):
 
 def test_a_lost_race_reads_the_versions_it_missed_two_at_a_time(tmp_path: pathlib.Path) -> None:
     """The version a writer lost exists, and under contention more were won since: its
-    refresh reads two at a time (a round trip per two versions, at most one read more)."""
+    refresh reads two at a time, then four after two rounds that found both."""
     store = _InFlightGets(LocalStore(str(tmp_path)))
     Warehouse(store=LocalStore(str(tmp_path))).create_table("t", partitions=1)
     behind = Warehouse(store=store, group_commit=False).table("t")
@@ -129,8 +129,9 @@ def test_a_lost_race_reads_the_versions_it_missed_two_at_a_time(tmp_path: pathli
     store.versions.clear()
     assert not behind.log.try_put(snap, [CommitInfo(now_ms(), "TEST", uuid.uuid4().hex)])
     assert snap.version == 6 and snap.partition(0).high_watermark == 5
-    assert sorted(store.versions) == [2, 3, 4, 5, 6, 7]  # each once; 7 does not exist
-    assert store.most_in_flight == 2
+    # [2, 3], [4, 5], [6, 7, 8, 9]: each once, three round trips; 7 does not exist.
+    assert sorted(store.versions) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert store.most_in_flight == 4
 
 
 def _table_with_tail(store: Store, tail: int) -> None:
@@ -161,3 +162,29 @@ def test_a_load_at_a_version_reads_only_up_to_it(memory_store: MemoryStore) -> N
     snap = Warehouse(store=store, group_commit=False).table("t").log.load(120)
     assert snap.version == 120 and snap.partition(0).high_watermark == 120
     assert sorted(store.versions) == list(range(100, 121))
+
+
+def test_a_refresh_far_behind_reads_more_versions_at_once(memory_store: MemoryStore) -> None:
+    """A consumer of a busy table (or a writer back from a pause) that is 100 versions
+    behind reads them in 13 round trips, 16 at most in flight, each version once; one that
+    is up to date reads one version, one a version behind two (as one at a time did)."""
+    _table_with_tail(memory_store, 0)  # version 100, its checkpoint
+    store = _InFlightGets(memory_store)
+    handle = Warehouse(store=store, group_commit=False).table("t")
+    assert handle.snapshot().version == 100
+    writer = Warehouse(store=memory_store, group_commit=False).table("t")
+    write_batch(writer, 0, [b"one"])
+    store.versions.clear()
+    assert handle.snapshot().version == 101 and sorted(store.versions) == [101, 102]
+    store.versions.clear()
+    assert handle.snapshot().version == 101 and store.versions == [102]
+    for i in range(100):
+        write_batch(writer, 0, [f"r{i}".encode()])  # versions 102..201
+    store.versions.clear()
+    store.most_in_flight = 0
+    snap = handle.snapshot()
+    assert snap.version == 201 and snap.partition(0).high_watermark == 201
+    # Rounds of 1, 1, 2, 2, 4, 4, 8, 8, then 16 × 5 (102..211): each version once, the
+    # last round's reads past 201 the only ones wasted.
+    assert sorted(store.versions) == list(range(102, 212))
+    assert store.most_in_flight == 16

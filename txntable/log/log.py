@@ -557,30 +557,45 @@ class Log:
     ) -> int:
         """Apply ``snap.version + 1``, ``+ 2``, … until one is missing (or ``up_to``).
 
-        ``paired``: the next version is known to exist (a lost race), so more are likely
-        (under contention several writers won since): read two at a time, concurrently —
-        a round trip per two versions, for at most one read more than one at a time.
+        Reads ramp up while versions keep coming: one at a time (``paired``: two, the next
+        version is known to exist after a lost race, and under contention several writers
+        won since), twice as many at once after two rounds that found every version they
+        read, up to ``CATCH_UP_READS``. A handle far behind (a consumer of a busy table, a
+        writer back from a pause) pays a round trip per up to 16 versions, not one per
+        version; one that is up to date or nearly so reads what it did (an idle refresh is
+        one read), and the reads past the end are fewer than the last round's.
         """
         applied = 0
+        width, full_rounds = (2 if paired else 1), 0
         while up_to is None or snap.version < up_to:
             nxt = snap.version + 1
-            ahead: Future[list[Action] | None] | None = None
-            if paired and (up_to is None or nxt < up_to):
+            count = width if up_to is None else min(width, up_to - snap.version)
+            ahead: list[Future[list[Action] | None]] = []
+            if count > 1:
                 try:
-                    ahead = _read_ahead_pool().submit(self.read_version, nxt + 1)
-                except RuntimeError:  # the interpreter is shutting down
-                    ahead = None
-            actions = self.read_version(nxt, retries)
-            if actions is None:
-                break
-            snap.apply(nxt, actions, self.version_key(nxt))
-            applied += 1
-            if ahead is not None:
-                after = ahead.result()
-                if after is None:
-                    break
-                snap.apply(nxt + 1, after, self.version_key(nxt + 1))
+                    pool = _read_ahead_pool()
+                    for v in range(nxt + 1, nxt + count):
+                        ahead.append(pool.submit(self.read_version, v, retries))
+                except RuntimeError:  # the interpreter is shutting down: one at a time
+                    pass
+            try:
+                actions = self.read_version(nxt, retries)
+                if actions is None:
+                    return applied
+                snap.apply(nxt, actions, self.version_key(nxt))
                 applied += 1
+                for version, read in enumerate(ahead, nxt + 1):
+                    after = read.result()
+                    if after is None:
+                        return applied
+                    snap.apply(version, after, self.version_key(version))
+                    applied += 1
+            finally:
+                for read in ahead:
+                    read.cancel()
+            full_rounds += 1
+            if full_rounds == 2 and width < CATCH_UP_READS:
+                width, full_rounds = min(2 * width, CATCH_UP_READS), 0
         return applied
 
     def _gap_check_due(self, listed: bool = False) -> bool:
