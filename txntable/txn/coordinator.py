@@ -68,8 +68,12 @@ def _decided(on_decided: Callable[[bool], None] | None, committed: bool) -> None
         on_decided(committed)
 
 
+def _between_transactions(meta: TxnMetadata) -> bool:
+    return meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
 def _require_between_transactions(meta: TxnMetadata, what: str) -> None:
-    if meta.state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+    if not _between_transactions(meta):
         raise InvalidTxnStateError(
             f"transactional id {meta.transactional_id}: cannot {what} in state "
             f"{meta.state.value}"
@@ -383,6 +387,12 @@ class TransactionCoordinator:
         self._table_provider = table_provider
         self._tables: dict[str, Table] = {}
         self._lock = threading.Lock()
+        #: The object (and etag) this client last read or wrote, by transactional id: a
+        #: producer's next step puts on it directly instead of reading it first (a round trip
+        #: per coordinator step). Only ever the basis of a CAS: an answer that is not a write
+        #: (already registered, nothing to end, fenced, not allowed in this state) is read
+        #: from storage again before it is given.
+        self._known: dict[str, tuple[TxnMetadata, str]] = {}
 
     def close(self) -> None:
         """Close the table handles the coordinator opened itself (group offset logs)."""
@@ -423,8 +433,13 @@ class TransactionCoordinator:
         key = self.key(transactional_id)
         obj = load_object(self.store, key)
         if obj is None:
+            with self._lock:
+                self._known.pop(transactional_id, None)
             return None
-        return TxnMetadata.from_json(obj.data, key), obj.etag
+        meta = TxnMetadata.from_json(obj.data, key)
+        with self._lock:
+            self._known[transactional_id] = (meta, obj.etag)
+        return meta, obj.etag
 
     def cas(self, meta: TxnMetadata, etag: str | None) -> str:
         """Write ``meta`` if the object still has ``etag`` (``None``: if it does not exist).
@@ -433,7 +448,16 @@ class TransactionCoordinator:
             PreconditionFailedError: Another client changed the object first.
             TransientStorageError: The outcome is unknown and the write did not land.
         """
-        return put_cas(self.store, self.key(meta.transactional_id), meta.to_json(), etag)
+        tid = meta.transactional_id
+        try:
+            written = put_cas(self.store, self.key(tid), meta.to_json(), etag)
+        except BaseException:
+            with self._lock:
+                self._known.pop(tid, None)
+            raise
+        with self._lock:
+            self._known[tid] = (meta, written)
+        return written
 
     def _table(self, name: str) -> Table:
         if self._table_provider is not None and not name.startswith(f"{GROUPS_DIR}/"):
@@ -618,8 +642,12 @@ class TransactionCoordinator:
             ProducerFencedError: The object belongs to a newer epoch or another producer.
             InvalidTxnStateError: The object is in a transaction.
         """
+        known = True
         while True:
-            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            meta, etag, known = self._load_checked(transactional_id, pid, epoch, known=known)
+            if known and (table in meta.tables or not _between_transactions(meta)):
+                known = False  # an answer without a write: as stored
+                continue
             if table in meta.tables:
                 return meta
             _require_between_transactions(meta, "register a table")
@@ -632,6 +660,7 @@ class TransactionCoordinator:
                 self.cas(new, etag)
                 return new
             except PreconditionFailedError:
+                known = False
                 continue
 
     def bump_epoch(self, transactional_id: str, pid: int, epoch: int) -> TxnMetadata:
@@ -643,7 +672,7 @@ class TransactionCoordinator:
             InvalidTxnStateError: The object is in a transaction.
         """
         while True:
-            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            meta, etag, _ = self._load_checked(transactional_id, pid, epoch)
             _require_between_transactions(meta, "bump the epoch")
             new = meta.transition(
                 TxnState.EMPTY,
@@ -667,7 +696,34 @@ class TransactionCoordinator:
         )
 
     def _load_checked(
-        self, transactional_id: str, pid: int, epoch: int, allow_completed: bool = False
+        self,
+        transactional_id: str,
+        pid: int,
+        epoch: int,
+        allow_completed: bool = False,
+        known: bool = False,
+    ) -> tuple[TxnMetadata, str, bool]:
+        """The object if it belongs to ``pid``/``epoch`` (``allow_completed``: or is the
+        completed state of their transaction), its etag, and whether it is this client's
+        last known copy (``known``: may be; it is used only if it passes the checks).
+
+        Raises:
+            ProducerFencedError, InvalidTxnStateError: As read from storage.
+        """
+        if known:
+            with self._lock:
+                cached = self._known.get(transactional_id)
+            if cached is not None:
+                meta, etag = cached
+                if (allow_completed and self.completed_for(meta, pid, epoch)) or (
+                    meta.producer_id == pid and meta.producer_epoch == epoch
+                ):
+                    return meta, etag, True
+        meta, etag = self._load_fresh(transactional_id, pid, epoch, allow_completed)
+        return meta, etag, False
+
+    def _load_fresh(
+        self, transactional_id: str, pid: int, epoch: int, allow_completed: bool
     ) -> tuple[TxnMetadata, str]:
         loaded = self.load(transactional_id)
         if loaded is None:
@@ -690,14 +746,19 @@ class TransactionCoordinator:
         Raises:
             ProducerFencedError: The object belongs to a newer epoch or another producer.
         """
+        known = True
         while True:
-            meta, etag = self._load_checked(transactional_id, pid, epoch)
+            meta, etag, known = self._load_checked(transactional_id, pid, epoch, known=known)
             merged = {t: set(ps) for t, ps in meta.partitions.items()}
             for t, ps in partitions.items():
                 merged.setdefault(t, set()).update(ps)
-            if meta.state is TxnState.ONGOING and all(
+            added = meta.state is TxnState.ONGOING and all(
                 set(ps) <= set(meta.partitions.get(t, ())) for t, ps in partitions.items()
-            ):
+            )
+            if known and (added or meta.state not in VALID_PREVIOUS_STATES[TxnState.ONGOING]):
+                known = False  # an answer without a write (or a refusal): as stored
+                continue
+            if added:
                 return
             start = meta.txn_start_timestamp if meta.state is TxnState.ONGOING else now_ms()
             new = meta.transition(
@@ -709,6 +770,7 @@ class TransactionCoordinator:
                 self.cas(new, etag)
                 return
             except PreconditionFailedError:
+                known = False
                 continue
 
     def end_transaction(
@@ -737,8 +799,14 @@ class TransactionCoordinator:
                 earlier attempt whose outcome was unknown) when aborting.
         """
         target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        known = True
         while True:
-            meta, etag = self._load_checked(transactional_id, pid, epoch, allow_completed=True)
+            meta, etag, known = self._load_checked(
+                transactional_id, pid, epoch, allow_completed=True, known=known
+            )
+            if known and meta.state is not TxnState.ONGOING:
+                known = False  # only an Ongoing transaction is prepared on a known copy
+                continue
             if self.completed_for(meta, pid, epoch):
                 committed = meta.state is TxnState.COMPLETE_COMMIT
                 _decided(on_decided, committed)
@@ -759,8 +827,10 @@ class TransactionCoordinator:
                     continue
                 prepared = meta.transition(target)
                 etag = self.cas(prepared, etag)
+                known = False
                 _decided(on_decided, commit)
                 done, _ = self.complete(prepared, etag, deadline=deadline)
                 return done.producer_id, done.producer_epoch
             except PreconditionFailedError:
+                known = False
                 continue  # another client moved it first: reload and confirm
