@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from tableutil import ReadFaultStore, read_all
@@ -30,6 +31,7 @@ from txntable.storage.base import (
     StoreWrapper,
 )
 from txntable.structs import ConsumerGroupMetadata, OffsetAndMetadata
+from txntable.txn.coordinator import TransactionCoordinator
 
 MakeProducer = Callable[..., Producer]
 
@@ -193,6 +195,12 @@ def test_send_offsets_to_transaction_retries(
             lambda k: k == "_coordinator/txn/tx.json", times=2, ops={"put_if_match"}
         )
     elif failing == "coordinator GET":
+        # Another client changed the object: the producer's copy is stale, so it reads it.
+        other = TransactionCoordinator(fault_store.inner)
+        loaded = other.load("tx")
+        assert loaded is not None
+        meta, etag = loaded
+        other.cas(replace(meta, last_update_timestamp=meta.last_update_timestamp + 1), etag)
         fault_store.fail_next_get("_coordinator/txn/tx.json", times=2)
     elif failing == "group log read":
         Consumer(wh, group_id="g").commit({TopicPartition("t", 0): OffsetAndMetadata(0)})

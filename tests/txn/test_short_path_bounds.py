@@ -33,9 +33,8 @@ def test_a_buffered_multi_table_transaction_holds_every_lso_until_its_markers(
     fault_store: ReadFaultStore, make_producer: MakeProducer, group_commit: bool
 ) -> None:
     wh, p = one_partition_tables(fault_store, make_producer, group_commit, tables=3)
-    coordinator = TransactionCoordinator(wh.store)
     seen: list[tuple[str, dict[str, object], list[tuple[int, int]]]] = []
-    real = coordinator.cas
+    real = p.coordinator.cas  # the producer's own (it keeps the copy it wrote)
 
     def cas(meta, etag):  # type: ignore[no-untyped-def]
         if meta.state is TxnState.PREPARE_COMMIT:
