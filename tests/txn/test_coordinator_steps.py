@@ -1,6 +1,7 @@
-"""The coordinator's steps put on the copy of the transaction object they last read or
-wrote: a transaction through the coordinator (several logs) reads the object only when
-another client changed it."""
+"""A transaction through the coordinator (several logs) costs its writes, not reads first:
+the coordinator's steps put on the copy of the transaction object they last read or wrote
+(read only when another client changed it), and the producer and its coordinator write a
+log through one handle (neither is behind the other's last commit)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from dataclasses import replace
 import pytest
 from tableutil import RecordingStore, read_all
 
-from txntable import Producer, Warehouse
+from txntable import Producer, TopicPartition, Warehouse
 from txntable.errors import ProducerFencedError
 from txntable.storage.local import LocalStore
+from txntable.structs import OffsetAndMetadata
 from txntable.txn.coordinator import TransactionCoordinator
 
 OBJECT = "_coordinator/txn/etl.json"
@@ -84,3 +86,27 @@ def test_a_fenced_producer_learns_it_from_storage(store: RecordingStore) -> None
             old.commit_transaction()
     old.close()
     assert read_all(wh, "a", [0], "read_committed") == {0: [(0, b"warm")]}
+
+
+def test_consume_transform_produce_never_loses_a_race_on_the_group_log(
+    store: RecordingStore,
+) -> None:
+    """The offsets (send_offsets_to_transaction) and the COMMIT marker of the group's offset
+    log go through the producer's one handle of that log: each is put once. With a handle of
+    its own for the markers, each was a version behind the other and lost a race every
+    transaction (a put, two reads and a lease read more: 300 -> 152 ms at 20 ms a request)."""
+    wh = Warehouse(store=store)
+    tp = TopicPartition("a", 0)
+    with Producer(wh, transactional_id="etl", linger_ms=0) as producer:
+        producer.init_transactions()
+        for i in range(4):
+            if i == 1:
+                store.reset()
+            producer.begin_transaction()
+            producer.send("b", value=b"v%d" % i, partition=0)
+            producer.send_offsets_to_transaction({tp: OffsetAndMetadata(i + 1)}, "g")
+            producer.commit_transaction()
+        # No refresh after a lost race (the group log), no read before a CAS (the object).
+        assert [k for k in store.gets if k.startswith(("_groups/g/", "_coordinator/"))] == []
+    committed = [(0, b"v0"), (2, b"v1"), (4, b"v2"), (6, b"v3")]
+    assert read_all(wh, "b", [0], "read_committed") == {0: committed}

@@ -15,10 +15,13 @@ import pyarrow as pa
 
 from txntable.errors import TableNotFoundError
 from txntable.groups.offsets import open_group_table
+from txntable.layout import GROUPS_DIR
 from txntable.producer.retries import Retries
 from txntable.protocol.schema import TypedLayout
 from txntable.table import Table
 from txntable.warehouse import Warehouse
+
+GROUP_ROOT = f"{GROUPS_DIR}/"
 
 
 class ProducerMetadata:
@@ -126,6 +129,15 @@ class ProducerMetadata:
             assert table is not None
             self._groups[group_id] = table
         return table
+
+    def log_table(self, root: str) -> Table:
+        """The handle of the log at ``root``: a table, or a group's offset log
+        (``_groups/<group>``). One handle per log for the producer and its coordinator:
+        with two, each was a version behind the other's commits (the offsets, then the
+        coordinator's marker) and lost a race to it every transaction."""
+        if root.startswith(GROUP_ROOT):
+            return self.group_table(root[len(GROUP_ROOT) :])
+        return self.table(root)
 
     def close(self) -> None:
         """Close every handle: a producer committing rounds for other writers hands that

@@ -101,7 +101,7 @@ class TransactionManager:
         self.transaction_timeout_ms = transaction_timeout_ms
         self._metadata = metadata
         self._retries = retries
-        self.coordinator = TransactionCoordinator(metadata.store, table_provider=metadata.table)
+        self.coordinator = TransactionCoordinator(metadata.store, table_provider=metadata.log_table)
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
         self._sequences: dict[TopicPartition, int] = {}

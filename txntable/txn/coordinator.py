@@ -40,7 +40,6 @@ from txntable.errors import (
     UnsupportedProtocolError,
 )
 from txntable.layout import (
-    GROUPS_DIR,
     PRODUCER_ID_SHARD_SPAN,
     PRODUCER_ID_SHARDS,
     TXN_DIR,
@@ -460,9 +459,9 @@ class TransactionCoordinator:
         return written
 
     def _table(self, name: str) -> Table:
-        if self._table_provider is not None and not name.startswith(f"{GROUPS_DIR}/"):
-            # Share the producer's incremental snapshots; a group offset log
-            # (``_groups/<g>``) is no user table, so the coordinator keeps its own handle.
+        if self._table_provider is not None:
+            # The producer's handles (its tables and its groups' offset logs): their
+            # incremental snapshots, and no race between its appends and these markers.
             return self._table_provider(name)
         with self._lock:
             if name not in self._tables:
