@@ -200,12 +200,18 @@ def test_reader_never_sees_a_half_marked_transaction_across_tables(
     producer.init_transactions()
     seen_between: dict[str, list[bytes | None]] = {}
     real_append = Table.append
+    x_seen = threading.Event()
 
     def append(self, batches, markers=None, *args, **kwargs):  # type: ignore[no-untyped-def]
-        # The coordinator's own marker writes, one table at a time: look after each.
+        # The coordinator's own marker writes (at once, one per table): y's waits until a
+        # reader looked after x's; look after each.
+        if markers and self.name == "y":
+            assert x_seen.wait(30)
         result = real_append(self, batches, markers, *args, **kwargs)
         if markers:
             seen_between[self.name] = read_all(Warehouse(wh.url), TABLES)
+            if self.name == "x":
+                x_seen.set()
         return result
 
     monkeypatch.setattr(Table, "append", append)

@@ -135,26 +135,43 @@ class Sender:
             self._txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
 
     def _send(self, by_table: Round) -> None:
+        txn = self._txn
+        if len(by_table) > 1 and txn.transactional_id is not None:
+            # The round's tables join the transaction in one AddPartitionsToTxn (one CAS of
+            # the coordinator object, not one per table, each a round trip before its data).
+            try:
+                txn.ensure_producer_id()
+                txn.add_tables_partitions(
+                    {t: {b.partition for b in batches} for t, batches in by_table.items()},
+                    self._retries.delivery_deadline(),
+                )
+            except Exception as e:  # noqa: BLE001 - a bug fails these batches, not the sender
+                for topic, batches in by_table.items():
+                    self._fail(topic, batches, e)
+                return
         for topic, batches in by_table.items():
             try:
                 self._send_table(topic, batches)
             except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
-                if isinstance(e, RETRIABLE):
-                    # Kafka's batch expiry: the outcome is unknown, the time is up.
-                    error: TxnTableError = KafkaTimeoutError(
-                        f"batch of {topic} not committed within delivery_timeout_ms="
-                        f"{self._retries.delivery_timeout_ms} (outcome unknown: {e})"
-                    )
-                    error.__cause__ = e
-                else:
-                    error = InternalError.wrap(e)
-                    if error is not e:
-                        _log.error("sending a batch of %s failed", topic, exc_info=e)
-                # The producer's state first: a caller woken by a failed future sees it.
-                self._txn.batch_failed(error)
-                for batch in batches:
-                    if not batch.settled:
-                        batch.fail(error)
+                self._fail(topic, batches, e)
+
+    def _fail(self, topic: str, batches: list[ProducerBatch], e: Exception) -> None:
+        if isinstance(e, RETRIABLE):
+            # Kafka's batch expiry: the outcome is unknown, the time is up.
+            error: TxnTableError = KafkaTimeoutError(
+                f"batch of {topic} not committed within delivery_timeout_ms="
+                f"{self._retries.delivery_timeout_ms} (outcome unknown: {e})"
+            )
+            error.__cause__ = e
+        else:
+            error = InternalError.wrap(e)
+            if error is not e:
+                _log.error("sending a batch of %s failed", topic, exc_info=e)
+        # The producer's state first: a caller woken by a failed future sees it.
+        self._txn.batch_failed(error)
+        for batch in batches:
+            if not batch.settled:
+                batch.fail(error)
 
     def _send_table(self, topic: str, batches: list[ProducerBatch]) -> None:
         """Write and commit one round's batches of ``topic``, retrying transient storage

@@ -293,17 +293,24 @@ class TransactionManager:
     def add_partitions(self, topic: str, partitions: set[int], deadline: float) -> None:
         """AddPartitionsToTxn for those of ``partitions`` of ``topic`` not registered yet
         (nothing without a transaction), retried until ``deadline``."""
+        self.add_tables_partitions({topic: partitions}, deadline)
+
+    def add_tables_partitions(self, partitions: dict[str, set[int]], deadline: float) -> None:
+        """AddPartitionsToTxn for those of ``partitions`` (by table) not registered yet, in
+        one step (one CAS however many tables), retried until ``deadline``."""
         if self.transactional_id is None:
             return
-        new = partitions - self._partitions.get(topic, set())
+        new = {t: ps - self._partitions.get(t, set()) for t, ps in partitions.items()}
+        new = {t: ps for t, ps in new.items() if ps}
         if not new:
             return
         tid, pid, epoch = self.transactional_id, self.producer_id, self.producer_epoch
         self._retries.delivery(
-            lambda: self.coordinator.add_partitions(tid, pid, epoch, {topic: new}),
+            lambda: self.coordinator.add_partitions(tid, pid, epoch, new),
             remaining_ms(deadline),
         )
-        self._partitions.setdefault(topic, set()).update(new)
+        for topic, added in new.items():
+            self._partitions.setdefault(topic, set()).update(added)
 
     def send_offsets(
         self, offsets: dict[TopicPartition, OffsetAndMetadata], meta: ConsumerGroupMetadata

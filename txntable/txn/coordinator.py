@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -60,6 +61,20 @@ TXN_STATE_TABLES_VERSION = 2
 PRODUCER_IDS_VERSION = 1
 #: Kafka's producer epochs are int16; the last one is kept for the final abort (KIP-360).
 MAX_PRODUCER_EPOCH = 32767
+
+
+#: Markers of one transaction's participants in flight at once (shared by the process).
+MARKER_WRITERS = 16
+_MARKERS: ThreadPoolExecutor | None = None
+_MARKERS_LOCK = threading.Lock()
+
+
+def _marker_pool() -> ThreadPoolExecutor:
+    global _MARKERS
+    with _MARKERS_LOCK:
+        if _MARKERS is None:
+            _MARKERS = ThreadPoolExecutor(MARKER_WRITERS, thread_name_prefix="txntable-markers")
+        return _MARKERS
 
 
 def _decided(on_decided: Callable[[bool], None] | None, committed: bool) -> None:
@@ -392,6 +407,10 @@ class TransactionCoordinator:
         #: (already registered, nothing to end, fenced, not allowed in this state) is read
         #: from storage again before it is given.
         self._known: dict[str, tuple[TxnMetadata, str]] = {}
+        #: One step at a time per transactional id from this client (the sender's
+        #: AddPartitionsToTxn and the caller's offsets): each then puts on the copy the
+        #: other wrote, instead of both putting on one and the loser reading the object.
+        self._steps: dict[str, threading.Lock] = {}
 
     def close(self) -> None:
         """Close the table handles the coordinator opened itself (group offset logs)."""
@@ -479,7 +498,8 @@ class TransactionCoordinator:
         commit timeout).
         """
         assert marker_type in ("COMMIT", "ABORT")
-        for table_name, partitions in sorted(meta.partitions.items()):
+
+        def write(table_name: str, partitions: tuple[int, ...]) -> None:
             markers = [
                 PendingMarker(p, meta.producer_id, meta.producer_epoch, marker_type)  # type: ignore[arg-type]
                 for p in partitions
@@ -494,6 +514,19 @@ class TransactionCoordinator:
                 transactional_id=meta.transactional_id,
                 timeout_ms=None if deadline is None else remaining_ms(deadline),
             )
+
+        participants = sorted(meta.partitions.items())
+        if len(participants) == 1:
+            write(*participants[0])
+            return
+        # Participants are independent logs: their markers are written at once (a round
+        # trip for all, not one per participant), every one attempted; the first error in
+        # name order is raised once all ended.
+        pool = _marker_pool()
+        writes = [pool.submit(write, name, partitions) for name, partitions in participants]
+        for error in [w.exception() for w in writes]:
+            if error is not None:
+                raise error
 
     def _next_epoch(self, meta: TxnMetadata) -> dict[str, int]:
         """The producer id and epoch after ``meta``'s epoch, rotating the id when exhausted."""
@@ -737,6 +770,10 @@ class TransactionCoordinator:
             )
         return meta, etag
 
+    def _step(self, transactional_id: str) -> threading.Lock:
+        with self._lock:
+            return self._steps.setdefault(transactional_id, threading.Lock())
+
     def add_partitions(
         self, transactional_id: str, pid: int, epoch: int, partitions: dict[str, set[int]]
     ) -> None:
@@ -745,6 +782,12 @@ class TransactionCoordinator:
         Raises:
             ProducerFencedError: The object belongs to a newer epoch or another producer.
         """
+        with self._step(transactional_id):
+            self._add_partitions(transactional_id, pid, epoch, partitions)
+
+    def _add_partitions(
+        self, transactional_id: str, pid: int, epoch: int, partitions: dict[str, set[int]]
+    ) -> None:
         known = True
         while True:
             meta, etag, known = self._load_checked(transactional_id, pid, epoch, known=known)

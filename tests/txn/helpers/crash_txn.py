@@ -11,11 +11,12 @@ crash point was never reached.
 
 Crash points:
 
-* ``registered``: first table's partitions registered (AddPartitions), before any data
-  commit of t2.
+* ``registered``: the partitions of both tables registered (one AddPartitions for the
+  sender's round), before any data commit of t2.
 * ``data_committed``: all data of t2 committed, before the PrepareCommit CAS.
 * ``prepare_commit``: PrepareCommit written, before any marker.
-* ``some_markers``: COMMIT markers of ``ta`` written, not those of ``tb``.
+* ``some_markers``: COMMIT markers of ``ta`` written, not those of ``tb`` (the markers of
+  the participants are written at once: ``tb``'s never land).
 * ``all_markers``: every COMMIT marker written, before the CompleteCommit CAS.
 * ``prepare_abort``: the producer aborts t2; PrepareAbort written, before any marker.
 * ``some_abort_markers``: ABORT markers of ``ta`` written, not those of ``tb``.
@@ -32,6 +33,7 @@ import json
 import os
 import signal
 import sys
+import threading
 
 from txntable import Producer, TopicPartition, Warehouse
 from txntable.structs import OffsetAndMetadata
@@ -71,7 +73,9 @@ def arm(point: str) -> None:
 
     def append(self, batches, markers=None, app_txn=None, transactional_id=None, timeout_ms=None):  # type: ignore[no-untyped-def]  # noqa: E501
         if point == "registered" and batches:
-            die()  # add_partitions for this table returned; its data is not committed
+            die()  # add_partitions for the tables returned; their data is not committed
+        if markers and self.name == "tb" and point in ("some_markers", "some_abort_markers"):
+            threading.Event().wait()  # never lands: ta's append kills the process
         result = orig_append(self, batches, markers, app_txn, transactional_id, timeout_ms)
         if markers and self.name == "ta":
             kind = markers[0].type
