@@ -9,8 +9,10 @@ prepared decision, and procedures that restart from a fresh load.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from txntable.errors import KafkaTimeoutError, TransientStorageError
@@ -89,3 +91,18 @@ def remaining_ms(deadline: float) -> int:
 def now_ms() -> int:
     """Wall-clock milliseconds since the epoch."""
     return int(time.time() * 1000)
+
+
+_POOLS: dict[str, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """The process's pool ``name`` of ``threads`` threads, created on first use: shared by
+    every handle of the process (short waits on storage: reads ahead, markers, lease
+    looks), so that a client of many tables does not hold threads per table."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(name)
+        if pool is None:
+            pool = _POOLS[name] = ThreadPoolExecutor(threads, thread_name_prefix=f"txntable-{name}")
+        return pool

@@ -95,7 +95,7 @@ from txntable.protocol.sequencing import (
     sequence_round,
 )
 from txntable.protocol.snapshot import TableSnapshot
-from txntable.util import RETRIABLE, now_ms
+from txntable.util import RETRIABLE, now_ms, shared_pool
 
 if TYPE_CHECKING:
     from txntable.table import Table
@@ -1276,17 +1276,13 @@ _LIVE_LOCK = threading.Lock()
 _exit_hook = False
 
 
-#: Runs solo writers' looks at the lease: shared by every handle of the process, so that a
-#: producer writing to many tables does not hold a thread per table for them.
-_LOOKERS: ThreadPoolExecutor | None = None
+#: Solo writers' looks at the lease run on a pool of this many threads shared by every
+#: handle of the process (a producer writing to many tables holds no thread per table).
+LEASE_LOOKERS = 2
 
 
 def _lookers() -> ThreadPoolExecutor:
-    global _LOOKERS
-    with _LIVE_LOCK:
-        if _LOOKERS is None:
-            _LOOKERS = ThreadPoolExecutor(2, thread_name_prefix="txntable-lease-look")
-        return _LOOKERS
+    return shared_pool("lease-look", LEASE_LOOKERS)
 
 
 def _stop_all() -> None:

@@ -56,7 +56,7 @@ from txntable.protocol.actions import (
 )
 from txntable.protocol.snapshot import TableSnapshot, checkpoint_actions, load_checkpoint
 from txntable.storage.base import Store, StoredObject
-from txntable.util import RETRIABLE, now_ms
+from txntable.util import RETRIABLE, now_ms, shared_pool
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -72,18 +72,10 @@ LOAD_READS = 32
 #: caller's own read) and a load's reads of a listed tail: shared by every log of the
 #: process.
 READ_AHEAD_THREADS = 32
-_READ_AHEAD: ThreadPoolExecutor | None = None
-_READ_AHEAD_LOCK = threading.Lock()
 
 
 def _read_ahead_pool() -> ThreadPoolExecutor:
-    global _READ_AHEAD
-    with _READ_AHEAD_LOCK:
-        if _READ_AHEAD is None:
-            _READ_AHEAD = ThreadPoolExecutor(
-                READ_AHEAD_THREADS, thread_name_prefix="txntable-read-ahead"
-            )
-        return _READ_AHEAD
+    return shared_pool("read-ahead", READ_AHEAD_THREADS)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -52,7 +51,7 @@ from txntable.protocol.append import PendingBatch, PendingMarker
 from txntable.storage.base import Store
 from txntable.storage.cas import load_object, put_cas
 from txntable.table import Table
-from txntable.util import now_ms, remaining_ms
+from txntable.util import now_ms, remaining_ms, shared_pool
 
 TXN_STATE_VERSION = 1
 #: The object's format once it lists ``tables``: a client that does not know them would
@@ -65,16 +64,6 @@ MAX_PRODUCER_EPOCH = 32767
 
 #: Markers of one transaction's participants in flight at once (shared by the process).
 MARKER_WRITERS = 16
-_MARKERS: ThreadPoolExecutor | None = None
-_MARKERS_LOCK = threading.Lock()
-
-
-def _marker_pool() -> ThreadPoolExecutor:
-    global _MARKERS
-    with _MARKERS_LOCK:
-        if _MARKERS is None:
-            _MARKERS = ThreadPoolExecutor(MARKER_WRITERS, thread_name_prefix="txntable-markers")
-        return _MARKERS
 
 
 def _decided(on_decided: Callable[[bool], None] | None, committed: bool) -> None:
@@ -522,7 +511,7 @@ class TransactionCoordinator:
         # Participants are independent logs: their markers are written at once (a round
         # trip for all, not one per participant), every one attempted; the first error in
         # name order is raised once all ended.
-        pool = _marker_pool()
+        pool = shared_pool("markers", MARKER_WRITERS)
         writes = [pool.submit(write, name, partitions) for name, partitions in participants]
         for error in [w.exception() for w in writes]:
             if error is not None:
