@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +26,7 @@ from txntable.producer.retries import Retries
 from txntable.producer.sender import Sender
 from txntable.producer.transaction_manager import ClientTxnState, TransactionManager
 from txntable.storage import MemoryStore
+from txntable.storage.base import Store, StoreWrapper
 from txntable.storage.wrappers import FaultInjectingStore
 from txntable.structs import RECORD_OVERHEAD
 
@@ -294,3 +297,91 @@ def test_a_failing_warm_up_does_not_stop_the_sender(
         metadata = producer.send("t", value=b"v", partition=1).get(timeout=30)
     assert calls == [1]
     assert (metadata.partition, metadata.offset) == (1, 0)
+
+
+class _InFlight(StoreWrapper):
+    """Segment puts and log-version puts take 30 ms; the most of each in flight at once."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.most = {"segment": 0, "version": 0}
+        self._now = {"segment": 0, "version": 0}
+        self._lock = threading.Lock()
+
+    def _slow(self, kind: str, call: Callable[[], Any]) -> Any:
+        with self._lock:
+            self._now[kind] += 1
+            self.most[kind] = max(self.most[kind], self._now[kind])
+        try:
+            time.sleep(0.03)
+            return call()
+        finally:
+            with self._lock:
+                self._now[kind] -= 1
+
+    def put_data_file(self, key: str, data: bytes) -> None:
+        self._slow("segment", lambda: super(_InFlight, self).put_data_file(key, data))
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        if "/_log/0" not in key:
+            return super().put_if_absent(key, data)
+        return self._slow("version", lambda: super(_InFlight, self).put_if_absent(key, data))
+
+
+def test_a_transactional_round_of_two_tables_puts_and_appends_them_at_once(
+    memory_store: MemoryStore, make_parts: Callable[..., Parts], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One registration for both tables, their segments in flight together, then their
+    appends together (a round trip each, not one per table); the futures complete on the
+    sender's thread, in table order."""
+    Warehouse(store=memory_store).create_table("t", partitions=1)
+    Warehouse(store=memory_store).create_table("u", partitions=1)
+    store = _InFlight(memory_store)
+    wh = Warehouse(store=store)
+    acc, txn, _ = make_parts(wh, transactional_id="tx")
+    txn.init_transactions()
+    txn.begin_transaction()
+    registered: list[dict[str, set[int]]] = []
+    real = txn.coordinator.add_partitions
+
+    def spy(tid: str, pid: int, epoch: int, partitions: dict[str, set[int]]) -> None:
+        registered.append({k: set(v) for k, v in partitions.items()})
+        real(tid, pid, epoch, partitions)
+
+    monkeypatch.setattr(txn.coordinator, "add_partitions", spy)
+    completed: list[tuple[str, str]] = []
+    for topic in ("t", "u"):
+        size = RECORD_OVERHEAD + 1
+        future = acc.append(topic, None, b"x", 1_000, 0, (), size, size + PY_RECORD_OVERHEAD)
+        future.add_callback(
+            lambda _md, topic=topic: completed.append((topic, threading.current_thread().name))
+        )
+    store.most = {"segment": 0, "version": 0}
+    acc.flush(10)
+    assert registered == [{"t": {0}, "u": {0}}]
+    assert store.most == {"segment": 2, "version": 2}
+    assert completed == [("t", "txntable-sender"), ("u", "txntable-sender")]
+    txn.begin_commit()
+    txn.commit()
+    assert read_all(wh, "t", [0], "read_committed") == {0: [(0, b"x")]}
+    assert read_all(wh, "u", [0], "read_committed") == {0: [(0, b"x")]}
+
+
+def test_a_table_whose_segment_cannot_be_written_fails_alone_in_a_round_of_two(
+    store: FaultInjectingStore, make_parts: Callable[..., Parts]
+) -> None:
+    wh = Warehouse(store=store)
+    wh.create_table("t", partitions=1)
+    wh.create_table("u", partitions=1)
+    acc, txn, _ = make_parts(wh, transactional_id="tx", delivery_timeout_ms=300)
+    txn.init_transactions()
+    txn.begin_transaction()
+    store.fail_before_write(lambda k: k.startswith("t/data/"), times=1000)
+    size = RECORD_OVERHEAD + 1
+    doomed = acc.append("t", None, b"x", 1_000, 0, (), size, size + PY_RECORD_OVERHEAD)
+    kept = acc.append("u", None, b"y", 1_000, 0, (), size, size + PY_RECORD_OVERHEAD)
+    acc.flush(10)
+    with pytest.raises(KafkaTimeoutError, match="batch of t not committed"):
+        doomed.get(0)
+    assert kept.get(0).offset == 0
+    assert txn.state is ClientTxnState.ABORTABLE_ERROR

@@ -38,7 +38,7 @@ from txntable.producer.accumulator import (
 from txntable.producer.metadata import ProducerMetadata
 from txntable.producer.retries import Retries
 from txntable.producer.transaction_manager import TransactionManager
-from txntable.protocol.append import PendingBatch
+from txntable.protocol.append import AppendResult, PendingBatch
 from txntable.protocol.records import encode_table, encoding_room
 from txntable.structs import TopicPartition
 from txntable.util import RETRIABLE, remaining_ms
@@ -82,6 +82,8 @@ class Sender:
         self.maintenance = maintenance
         self.error: Exception | None = None
         self._pool: ThreadPoolExecutor | None = None
+        #: The appends of a round's tables (a transaction's several tables), at once.
+        self._appends: ThreadPoolExecutor | None = None
         self._thread = threading.Thread(target=self.run, name="txntable-sender", daemon=True)
 
     def start(self) -> None:
@@ -98,10 +100,11 @@ class Sender:
         self._thread.join(timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """:meth:`join`, then let the puts' pool go."""
+        """:meth:`join`, then let the puts' and appends' pools go."""
         self._thread.join(timeout)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
+        for pool in (self._pool, self._appends):
+            if pool is not None:
+                pool.shutdown(wait=False)
 
     def run(self) -> None:
         """The thread: one round after the other until the accumulator is closed and empty."""
@@ -149,6 +152,8 @@ class Sender:
                 for topic, batches in by_table.items():
                     self._fail(topic, batches, e)
                 return
+            self._send_tables(by_table)
+            return
         for topic, batches in by_table.items():
             try:
                 self._send_table(topic, batches)
@@ -177,10 +182,48 @@ class Sender:
         """Write and commit one round's batches of ``topic``, retrying transient storage
         errors for ``delivery_timeout_ms`` in all (Kafka's ``delivery.timeout.ms``)."""
         deadline = self._retries.delivery_deadline()
-        txn = self._txn
-        txn.ensure_producer_id()
-        table = self._metadata.table(topic)
+        self._txn.ensure_producer_id()
         pending = self.write_segments(topic, batches, deadline)
+        self._resolve(batches, self._commit_table(topic, batches, pending, deadline))
+
+    def _send_tables(self, by_table: Round) -> None:
+        """A transaction's round of several tables (registered): every table's segments
+        are put, then every table's append is made, at once — a round trip each for the
+        round, not per table. Encoding stays on this thread, and the futures complete on
+        it, in table order (callbacks never run concurrently, as in Kafka's producer)."""
+        deadline = self._retries.delivery_deadline()
+        if self._appends is None:
+            self._appends = ThreadPoolExecutor(SEGMENT_PUTS, thread_name_prefix="txntable-append")
+        staged: list[tuple[str, list[ProducerBatch], Future[AppendResult]]] = []
+        for topic, batches in by_table.items():
+            try:
+                pending, puts = self._encode_segments(topic, batches, deadline)
+            except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
+                self._fail(topic, batches, e)
+                continue
+
+            def commit(
+                topic: str = topic,
+                batches: list[ProducerBatch] = batches,
+                pending: list[PendingBatch] = pending,
+                puts: list[Future[None]] = puts,
+            ) -> AppendResult:
+                self._await_puts(topic, batches, puts)
+                return self._commit_table(topic, batches, pending, deadline)
+
+            staged.append((topic, batches, self._appends.submit(commit)))
+        for topic, batches, append in staged:
+            try:
+                self._resolve(batches, append.result())
+            except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
+                self._fail(topic, batches, e)
+
+    def _commit_table(
+        self, topic: str, batches: list[ProducerBatch], pending: list[PendingBatch], deadline: float
+    ) -> AppendResult:
+        """Register and append ``topic``'s written segments (retried until ``deadline``)."""
+        txn = self._txn
+        table = self._metadata.table(topic)
         txn.add_partitions(topic, {b.partition for b in batches}, deadline)
         result, _ = self._retries.delivery(
             lambda: table.append(
@@ -194,6 +237,10 @@ class Sender:
         txn.finish_stuck_transactions(table)
         if self.maintenance is not None:
             self.maintenance.after_commit(table)
+        return result
+
+    @staticmethod
+    def _resolve(batches: list[ProducerBatch], result: AppendResult) -> None:
         for batch, base in zip(batches, result.base_offsets, strict=True):
             batch.resolve(base)
 
@@ -202,6 +249,15 @@ class Sender:
     ) -> list[PendingBatch]:
         """Write one segment per batch; take their sequences (once, kept on retry).
         Failing puts are retried until ``deadline`` (``time.monotonic()``)."""
+        pending, puts = self._encode_segments(topic, batches, deadline)
+        self._await_puts(topic, batches, puts)
+        return pending
+
+    def _encode_segments(
+        self, topic: str, batches: list[ProducerBatch], deadline: float
+    ) -> tuple[list[PendingBatch], list[Future[None]]]:
+        """Encode one segment per batch and put each on the pool as it is ready; take their
+        sequences (once, kept on retry). If encoding fails, the puts made end first."""
         table = self._metadata.table(topic)
         txn = self._txn
         sequences = [
@@ -236,14 +292,23 @@ class Sender:
                     )
                 )
             return_freed_memory()
-        finally:
-            errors = [f.exception() for f in puts]  # every put ends before this returns
+        except BaseException:
+            for put in puts:
+                put.exception()  # every put ends before this raises
+            raise
+        return pending, puts
+
+    def _await_puts(
+        self, topic: str, batches: list[ProducerBatch], puts: list[Future[None]]
+    ) -> None:
+        """Wait for every segment put; raise the first that failed."""
+        errors = [f.exception() for f in puts]  # every put ends before this returns
         for error in errors:
             if error is not None:
                 raise error
+        num_partitions = self._metadata.table(topic).num_partitions
         for _ in batches:
-            self._accumulator.batch_written(topic, table.num_partitions)
-        return pending
+            self._accumulator.batch_written(topic, num_partitions)
 
     def _submit_put(self, path: str, data: bytes, deadline: float) -> Future[None]:
         """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
