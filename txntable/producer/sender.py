@@ -161,6 +161,7 @@ class Sender:
                 self._fail(topic, batches, e)
 
     def _fail(self, topic: str, batches: list[ProducerBatch], e: Exception) -> None:
+        """Fail ``topic``'s unsettled batches of the round with ``e`` as the caller sees it."""
         if isinstance(e, RETRIABLE):
             # Kafka's batch expiry: the outcome is unknown, the time is up.
             error: TxnTableError = KafkaTimeoutError(
@@ -201,22 +202,27 @@ class Sender:
             except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
                 self._fail(topic, batches, e)
                 continue
-
-            def commit(
-                topic: str = topic,
-                batches: list[ProducerBatch] = batches,
-                pending: list[PendingBatch] = pending,
-                puts: list[Future[None]] = puts,
-            ) -> AppendResult:
-                self._await_puts(topic, batches, puts)
-                return self._commit_table(topic, batches, pending, deadline)
-
-            staged.append((topic, batches, self._appends.submit(commit)))
+            append = self._appends.submit(
+                self._commit_written, topic, batches, pending, puts, deadline
+            )
+            staged.append((topic, batches, append))
         for topic, batches, append in staged:
             try:
                 self._resolve(batches, append.result())
             except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
                 self._fail(topic, batches, e)
+
+    def _commit_written(
+        self,
+        topic: str,
+        batches: list[ProducerBatch],
+        pending: list[PendingBatch],
+        puts: list[Future[None]],
+        deadline: float,
+    ) -> AppendResult:
+        """:meth:`_commit_table` once every segment put succeeded."""
+        self._await_puts(topic, batches, puts)
+        return self._commit_table(topic, batches, pending, deadline)
 
     def _commit_table(
         self, topic: str, batches: list[ProducerBatch], pending: list[PendingBatch], deadline: float
