@@ -89,6 +89,21 @@ def sent(acc: RecordAccumulator, value: bytes, partition: int) -> FutureRecordMe
     return future
 
 
+def spy_registrations(
+    txn: TransactionManager, monkeypatch: pytest.MonkeyPatch
+) -> list[dict[str, set[int]]]:
+    """Every AddPartitionsToTxn the coordinator is asked for, from now on."""
+    registered: list[dict[str, set[int]]] = []
+    real = txn.coordinator.add_partitions
+
+    def spy(tid: str, pid: int, epoch: int, partitions: dict[str, set[int]]) -> None:
+        registered.append({k: set(v) for k, v in partitions.items()})
+        real(tid, pid, epoch, partitions)
+
+    monkeypatch.setattr(txn.coordinator, "add_partitions", spy)
+    return registered
+
+
 def is_segment(key: str) -> bool:
     return key.startswith("t/data/")
 
@@ -150,14 +165,7 @@ def test_a_transactional_round_registers_each_new_partition_once(
     acc, txn, _ = make_parts(t, transactional_id="tx")
     txn.init_transactions()
     txn.begin_transaction()
-    registered: list[dict[str, set[int]]] = []
-    real = txn.coordinator.add_partitions
-
-    def spy(tid: str, pid: int, epoch: int, partitions: dict[str, set[int]]) -> None:
-        registered.append({k: set(v) for k, v in partitions.items()})
-        real(tid, pid, epoch, partitions)
-
-    monkeypatch.setattr(txn.coordinator, "add_partitions", spy)
+    registered = spy_registrations(txn, monkeypatch)
     put(acc, b"a", 0)
     acc.flush(10)
     put(acc, b"b", 0)
@@ -341,14 +349,7 @@ def test_a_transactional_round_of_two_tables_puts_and_appends_them_at_once(
     acc, txn, _ = make_parts(wh, transactional_id="tx")
     txn.init_transactions()
     txn.begin_transaction()
-    registered: list[dict[str, set[int]]] = []
-    real = txn.coordinator.add_partitions
-
-    def spy(tid: str, pid: int, epoch: int, partitions: dict[str, set[int]]) -> None:
-        registered.append({k: set(v) for k, v in partitions.items()})
-        real(tid, pid, epoch, partitions)
-
-    monkeypatch.setattr(txn.coordinator, "add_partitions", spy)
+    registered = spy_registrations(txn, monkeypatch)
     completed: list[tuple[str, str]] = []
     for topic in ("t", "u"):
         size = RECORD_OVERHEAD + 1
