@@ -386,3 +386,22 @@ def test_a_table_whose_segment_cannot_be_written_fails_alone_in_a_round_of_two(
         doomed.get(0)
     assert kept.get(0).offset == 0
     assert txn.state is ClientTxnState.ABORTABLE_ERROR
+
+
+def test_an_idempotent_round_of_two_tables_puts_and_appends_them_at_once(
+    memory_store: MemoryStore, make_parts: Callable[..., Parts]
+) -> None:
+    Warehouse(store=memory_store).create_table("t", partitions=1)
+    Warehouse(store=memory_store).create_table("u", partitions=1)
+    store = _InFlight(memory_store)
+    wh = Warehouse(store=store)
+    acc, _, _ = make_parts(wh)
+    size = RECORD_OVERHEAD + 1
+    futures = [
+        acc.append(topic, None, b"x", 1_000, 0, (), size, size + PY_RECORD_OVERHEAD)
+        for topic in ("t", "u")
+    ]
+    acc.flush(10)
+    assert [f.get(0).offset for f in futures] == [0, 0]
+    assert store.most == {"segment": 2, "version": 2}
+    assert read_all(wh, "u", [0], "read_committed") == {0: [(0, b"x")]}

@@ -138,27 +138,27 @@ class Sender:
             self._txn.fail(IllegalStateError(f"producer sender failed: {e!r}"), fatal=True)
 
     def _send(self, by_table: Round) -> None:
-        txn = self._txn
-        if len(by_table) > 1 and txn.transactional_id is not None:
-            # The round's tables join the transaction in one AddPartitionsToTxn (one CAS of
-            # the coordinator object, not one per table, each a round trip before its data).
-            try:
-                txn.ensure_producer_id()
-                txn.add_tables_partitions(
-                    {t: {b.partition for b in batches} for t, batches in by_table.items()},
-                    self._retries.delivery_deadline(),
-                )
-            except Exception as e:  # noqa: BLE001 - a bug fails these batches, not the sender
-                for topic, batches in by_table.items():
+        if len(by_table) == 1:
+            for topic, batches in by_table.items():
+                try:
+                    self._send_table(topic, batches)
+                except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
                     self._fail(topic, batches, e)
-                return
-            self._send_tables(by_table)
             return
-        for topic, batches in by_table.items():
-            try:
-                self._send_table(topic, batches)
-            except Exception as e:  # noqa: BLE001 - a bug fails this batch, not the sender
+        txn = self._txn
+        try:
+            txn.ensure_producer_id()
+            # A transaction's tables join it in one AddPartitionsToTxn (one CAS of the
+            # coordinator object, not one per table, each a round trip before its data).
+            txn.add_tables_partitions(
+                {t: {b.partition for b in batches} for t, batches in by_table.items()},
+                self._retries.delivery_deadline(),
+            )
+        except Exception as e:  # noqa: BLE001 - a bug fails these batches, not the sender
+            for topic, batches in by_table.items():
                 self._fail(topic, batches, e)
+            return
+        self._send_tables(by_table)
 
     def _fail(self, topic: str, batches: list[ProducerBatch], e: Exception) -> None:
         """Fail ``topic``'s unsettled batches of the round with ``e`` as the caller sees it."""
@@ -188,7 +188,7 @@ class Sender:
         self._resolve(batches, self._commit_table(topic, batches, pending, deadline))
 
     def _send_tables(self, by_table: Round) -> None:
-        """A transaction's round of several tables (registered): every table's segments
+        """A round of several tables (a transaction's registered): every table's segments
         are put, then every table's append is made, at once — a round trip each for the
         round, not per table. Encoding stays on this thread, and the futures complete on
         it, in table order (callbacks never run concurrently, as in Kafka's producer)."""
