@@ -427,28 +427,38 @@ class Log:
 
     def _read_listed(self, snap: TableSnapshot, listing: LogListing, up_to: int | None) -> None:
         """Apply the versions ``listing`` holds right after ``snap.version`` (up to ``up_to``,
-        until the first it lacks), ``LOAD_READS`` in flight at a time, in order. A version
-        that is gone by the time it is read ends the run: the caller's tip check settles it.
-        """
+        until the first it lacks), ``LOAD_READS`` at a time. A version that is gone by the
+        time it is read ends the run: the caller's tip check settles it."""
         present = set(listing.versions)
-        wanted: list[int] = []
-        nxt = snap.version + 1
-        while nxt in present and (up_to is None or nxt <= up_to):
-            wanted.append(nxt)
-            nxt += 1
+        last = snap.version
+        while last + 1 in present and (up_to is None or last < up_to):
+            last += 1
+        self._read_known(snap, last, LOAD_READS, LOAD_READ_RETRIES)
+
+    def _read_known(
+        self, snap: TableSnapshot, last: int, at_once: int, retries: int = 0
+    ) -> int | None:
+        """Apply ``snap.version + 1`` … ``last`` (versions known to exist), read ``at_once``
+        at a time concurrently and applied in order.
+
+        Returns:
+            The first version that was missing when read (the rest are not applied), or
+            ``None``.
+        """
         pool = _read_ahead_pool()
-        for start in range(0, len(wanted), LOAD_READS):
-            chunk = wanted[start : start + LOAD_READS]
-            reads = [pool.submit(self.read_version, v, LOAD_READ_RETRIES) for v in chunk]
+        while snap.version < last:
+            wanted = range(snap.version + 1, min(last, snap.version + at_once) + 1)
+            reads = [pool.submit(self.read_version, v, retries) for v in wanted]
             try:
-                for v, read in zip(chunk, reads, strict=True):
+                for version, read in zip(wanted, reads, strict=True):
                     actions = read.result()
                     if actions is None:
-                        return
-                    snap.apply(v, actions, self.version_key(v))
+                        return version
+                    snap.apply(version, actions, self.version_key(version))
             finally:
                 for read in reads:
                     read.cancel()
+        return None
 
     def _check_not_truncated(self, listed: list[LogListing], version: int | None) -> None:
         """Replay from version 0 needs version 1 onwards: refuse a truncated log."""
@@ -501,22 +511,16 @@ class Log:
         """
         applied = 0
         while snap.version < known:
-            first = snap.version + 1
-            wanted = list(range(first, min(known, first + CATCH_UP_READS - 1) + 1))
-            if len(wanted) == 1:
+            before = snap.version
+            missing = self._read_known(snap, known, CATCH_UP_READS)
+            applied += snap.version - before
+            if missing is None:
                 break
-            with ThreadPoolExecutor(len(wanted)) as pool:
-                read = list(pool.map(self.read_version, wanted))
-            for version, actions in zip(wanted, read, strict=True):
-                if actions is None:
-                    if self.check_tip(snap) == 0:  # a hole below a version known to exist
-                        raise CorruptLogError(
-                            f"{self.root}: log version {version} is missing below {known}",
-                            self.version_key(version),
-                        )
-                    break
-                snap.apply(version, actions, self.version_key(version))
-                applied += 1
+            if self.check_tip(snap) == 0:  # a hole below a version known to exist
+                raise CorruptLogError(
+                    f"{self.root}: log version {missing} is missing below {known}",
+                    self.version_key(missing),
+                )
         return applied + self.refresh(snap)
 
     def caught_up(self, snap: TableSnapshot, known: int) -> TableSnapshot:
