@@ -688,3 +688,30 @@ def test_a_writer_that_loses_a_race_to_a_live_committers_round_follows_it(root: 
     assert result.base_offsets == [3]
     assert (gc.stats["direct"], gc.stats["followed"], table.log.stats.conflicts) == (1, 1, 2)
     assert gc.stats["helps"] >= 1  # the committer never decided it: the follower helped
+
+
+def test_a_helper_whose_intent_the_winning_round_decided_stops(root: Path) -> None:
+    """A helper's round that loses the race to a version deciding its intent ends there: a
+    second round of its own would only decide other writers' intents, racing the
+    committer's rounds (issue 17: at W=256 helpers lost ~50 races in 30 s to each other and
+    the committer, each re-sequencing every pending intent)."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    table.snapshot()  # the helper's handle stays at version 0
+    gc = table.group_commit
+    assert gc is not None
+    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that does not commit
+    mine = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    wh.store.put(intent_key("t", mine.created_ms, mine.id, mine.key_payload()), mine.to_json())
+    winner = warehouse(root).table("t").group_commit
+    assert winner is not None
+    winner._round([], None)  # version 1 decides it; the helper has not seen it
+    later = Intent(uuid.uuid4().hex, 1, AppendOp((_segment(wh, table, 1),)), None, now_ms())
+    wh.store.put(
+        intent_key("t", later.created_ms, later.id, later.key_payload()), later.to_json()
+    )
+    gc._help(mine)
+    assert gc.stats["helps"] == 1 and table.log.stats.conflicts == 1  # lost to version 1
+    snap = wh.table("t").snapshot()
+    assert snap.version == 1 and mine.id in snap.intents
+    assert later.id not in snap.intents  # left to its own writer (or the committer)

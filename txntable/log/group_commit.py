@@ -825,6 +825,10 @@ class GroupCommit:
             How many other writers' intents it decided, and the next listing.
         """
         while True:
+            if mine is not None and mine.id in self.table.snapshot(refresh=False).intents:
+                # A helper whose intent the round that beat it decided stops: a round of
+                # its own would race the committer's for other writers' intents.
+                return 0, None
             listed = listing.result() if listing is not None else self._list_intents()
             listing = None
             intents = self._pending(listed, mine)
