@@ -816,10 +816,11 @@ class GroupCommit:
     ) -> tuple[int, Future[_Listing] | None]:
         """One round: the listed intents after ``locals_``, as one version.
 
-        Retries lost races until the round is written (or nothing is left to write). The
-        next round's listing is started while this round's version is put (``listing``
-        in, the next one out; ``None``: list now, synchronously), unless this is a helper's
-        round (``mine``) or the ``last`` one.
+        Retries lost races until the round is written (or nothing is left to write, or a
+        helper's intent was decided by the version that beat it). The next round's listing
+        is started while this round's version is put (``listing`` in, the next one out;
+        ``None``: list now, synchronously), unless this is a helper's round (``mine``) or
+        the ``last`` one.
 
         Returns:
             How many other writers' intents it decided, and the next listing.
