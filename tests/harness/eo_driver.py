@@ -64,6 +64,19 @@ MANY_WRITER_FAULTS = (
     "killed_while_committing",
 )
 
+#: The fault kinds the driver's schedule draws, by the fault the checker counts for each
+#: (the rest are the workers' own).
+SCHEDULED_AS = {
+    "sigkill": "kill",
+    "zombie": "zombie",
+    "zombie_fenced": "zombie",
+    "outage": "outage",
+    "kill_committer": "kill_committer",
+    "pause_committer": "pause_committer",
+}
+#: How long a committer fault looks for a live lease before it counts as missed.
+COMMITTER_WAIT_S = 3.0
+
 
 @dataclass
 class HarnessConfig:
@@ -128,6 +141,8 @@ class Driver:
         self.stop_file = str(cfg.workdir / "stop")
         self.outage_file = str(cfg.workdir / "outage")
         self.slots: list[Slot] = []
+        #: Past the duration, the scheduled fault kinds the run still waits for.
+        self.kinds_missing: set[str] = set()
         self.driver_journal = open(self.journals / "driver.jsonl", "a")  # noqa: SIM115
         self.reader = JournalReader(self.journals)
         self.extra_tables = {HOT_TABLE: HOT_PARTITIONS} if cfg.writer_procs else {}
@@ -210,13 +225,20 @@ class Driver:
         if self.cfg.writer_procs:
             kinds += ["kill_committer", "kill_committer", "pause_committer"]
         kind = rng.choice(kinds)
-        pick, outage_s, kill_delay_s, pause_s, past_lease = (
+        steer, pick, outage_s, kill_delay_s, pause_s, past_lease = (
+            rng.random(),
             rng.random(),
             rng.uniform(1.0, 4.0),
             rng.uniform(0, 0.5),
             rng.uniform(1.0, 3.0),
             rng.uniform(1.2, 2.0),
         )
+        # Past the run's duration, a required fault of the driver's own that has not happened
+        # yet is what the run waits for: draw only among those (a committer fault that
+        # misses its target 3 times in 4 would otherwise leave it to luck within the cap).
+        wanted = [k for k in dict.fromkeys(kinds) if k in self.kinds_missing]
+        if wanted:
+            kind = wanted[int(steer * len(wanted))]
         if kind == "outage":
             set_outage(self.outage_file, outage_s)
             self.note(e="driver_fault", kind="outage", seconds=round(outage_s, 2))
@@ -254,9 +276,18 @@ class Driver:
         self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
         self.restart(slot)
 
-    def committer(self) -> Slot | None:
+    def committer(self, wait_s: float = 0.0) -> Slot | None:
         """The worker whose group-commit handle holds a live lease on the hot table: the
-        lease names a handle, the workers' journals name the process that opened it."""
+        lease names a handle, the workers' journals name the process that opened it.
+        Looked for up to ``wait_s``: between rounds of solo writers no lease is live."""
+        end = time.monotonic() + wait_s
+        while True:
+            slot = self._live_committer()
+            if slot is not None or time.monotonic() >= end:
+                return slot
+            time.sleep(0.1)
+
+    def _live_committer(self) -> Slot | None:
         try:
             lease = json.loads(self.store.get(lease_key(HOT_TABLE)).data)
         except (TxnTableError, ValueError):
@@ -272,7 +303,7 @@ class Driver:
     def committer_fault(self, kind: str, past_lease: float) -> None:
         """SIGKILL the committer's process (and restart it), or SIGSTOP it for longer than
         its lease (a zombie committer: another takes over; it resumes where it stopped)."""
-        slot = self.committer()
+        slot = self.committer(wait_s=COMMITTER_WAIT_S)
         if slot is None:
             self.note(e="committer_fault_missed", kind=kind)
             return
@@ -321,8 +352,10 @@ class Driver:
         while time.monotonic() < cap:
             now = time.monotonic()
             if now >= deadline and now >= next_count:
-                if self.enough_work():
+                missing = self.missing_work() if self.sized_by_work() else []
+                if not missing:
                     break
+                self.kinds_missing = {SCHEDULED_AS[m] for m in missing if m in SCHEDULED_AS}
                 next_count = now + 2.0
             time.sleep(0.2)
             self.supervise()
@@ -331,18 +364,16 @@ class Driver:
                 next_fault = time.monotonic() + self.rng.uniform(*interval)
         self.stop()
 
-    def enough_work(self) -> bool:
-        """Whether the journals so far hold ``min_commits`` commits and an abort, progress of
-        every worker kind and every fault kind of ``require_faults``."""
-        if (
-            self.cfg.min_commits <= 0
-            and self.cfg.min_transactions <= 0
-            and not self.cfg.require_faults
-        ):
-            return True
-        return not self.missing_work()
+    def sized_by_work(self) -> bool:
+        return (
+            self.cfg.min_commits > 0
+            or self.cfg.min_transactions > 0
+            or bool(self.cfg.require_faults)
+        )
 
     def missing_work(self) -> list[str]:
+        """What the journals so far lack of ``min_commits`` commits and an abort, progress of
+        every worker kind and every fault kind of ``require_faults``."""
         h = self.reader.feed()
         outcomes = Counter(t.outcome for t in h.txns.values())
         faults = fault_counts(h)

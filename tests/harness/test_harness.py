@@ -32,7 +32,7 @@ from eo_checker import (
     Zombie,
     check,
 )
-from eo_driver import FAULT_KINDS, MANY_WRITER_FAULTS, HarnessConfig, run
+from eo_driver import FAULT_KINDS, MANY_WRITER_FAULTS, Driver, HarnessConfig, run
 
 # --- planted anomalies ----------------------------------------------------------------------
 
@@ -296,6 +296,26 @@ def test_the_journal_reader_folds_complete_lines_once(tmp_path: Path) -> None:
 #: (start, drive, stop, recover, read every table every way): within the suite's timeout.
 CI_MAX_S = 240.0
 CI_TIMEOUT_S = 420
+
+
+def test_past_its_duration_the_driver_draws_only_the_faults_it_still_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A committer fault misses when no lease is live, so a required one could stay missing
+    until the cap: past the duration the schedule draws only among the missing kinds."""
+    driver = Driver(HarnessConfig(url=str(tmp_path / "wh"), workdir=tmp_path, writer_procs=1))
+    drawn: list[str] = []
+    monkeypatch.setattr(driver, "committer_fault", lambda kind, past_lease: drawn.append(kind))
+    monkeypatch.setattr("eo_driver.set_outage", lambda *a: drawn.append("outage"))
+    monkeypatch.setattr(driver, "slots", [])  # process faults find no victim: not drawn
+    for _ in range(60):
+        driver.fault()
+    assert {"outage", "kill_committer", "pause_committer"} <= set(drawn)
+    drawn.clear()
+    driver.kinds_missing = {"pause_committer"}
+    for _ in range(30):
+        driver.fault()
+    assert drawn == ["pause_committer"] * 30
 
 
 def harness_seed() -> int:
