@@ -176,13 +176,17 @@ def test_sigstopped_member_cannot_commit_after_losing_partitions(
     try:
         _wait(lambda: len(_status(status, "s").get("assignment") or []) == 6, 60, "s owns all")
         r = _start(url, status, "r", "stall", 2000, "cooperative-sticky", options)
+        # Stopped inside its processing pause, with time to spare: a status that still says
+        # "processing" while its commit runs would let the stop miss the pause, and s, stopped
+        # anywhere else, never tries a commit after the stop (r commits everything).
         _wait(
             lambda: (
                 len(_status(status, "r").get("assignment") or []) == 3
                 and _status(status, "s").get("phase") == "processing"
+                and float(_status(status, "s").get("until") or 0) - time.time() > 0.5  # type: ignore[arg-type]
             ),
             60,
-            "r and s share the partitions, s processing",
+            "r and s share the partitions, s early in its processing pause",
         )
         s.send_signal(signal.SIGSTOP)
         _wait(lambda: len(_status(status, "r").get("assignment") or []) == 6, 60, "r takes over")

@@ -23,6 +23,9 @@ from txntable import (
 )
 from txntable.errors import CommitFailedError, UnstableOffsetCommitError
 
+#: The "processing" pause of mode ``stall``.
+PAUSE_S = 1.0
+
 
 def _write(path: str, obj: object) -> None:
     tmp = path + ".tmp"
@@ -95,9 +98,11 @@ def main() -> None:
                 producer.abort_transaction()
                 _rewind(c)
         else:
-            _write(status, {**base, "phase": "processing"})
+            # ``until``: when the pause ends (wall clock, read by the test's process), so
+            # that a stop meant for the pause is not sent during the commit after it.
+            _write(status, {**base, "phase": "processing", "until": time.time() + PAUSE_S})
             started = time.monotonic()
-            time.sleep(1.0)
+            time.sleep(PAUSE_S)
             stalled = time.monotonic() - started > 2.0
             try:
                 c.commit(offsets)
