@@ -234,8 +234,8 @@ class Driver:
             rng.uniform(1.2, 2.0),
         )
         # Past the run's duration, a required fault of the driver's own that has not happened
-        # yet is what the run waits for: draw only among those (a committer fault that
-        # misses its target 3 times in 4 would otherwise leave it to luck within the cap).
+        # yet is what the run waits for: draw only among those (a committer fault misses
+        # whenever no lease is live, so one would otherwise be left to luck within the cap).
         wanted = [k for k in dict.fromkeys(kinds) if k in self.kinds_missing]
         if wanted:
             kind = wanted[int(steer * len(wanted))]

@@ -315,6 +315,7 @@ def test_past_its_duration_the_driver_draws_only_the_faults_it_still_waits_for(
     driver.kinds_missing = {"pause_committer"}
     for _ in range(30):
         driver.fault()
+    driver.driver_journal.close()
     assert drawn == ["pause_committer"] * 30
 
 
