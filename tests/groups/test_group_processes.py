@@ -48,6 +48,7 @@ def _start(
     session_ms: int,
     strategy: str,
     options: dict[str, str] | None = None,
+    pause_s: float = 1.0,
 ) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2]), env.get("PYTHONPATH", "")])
@@ -62,6 +63,7 @@ def _start(
             str(session_ms),
             strategy,
             json.dumps(options or {}),
+            str(pause_s),
         ],
         env=env,
     )
@@ -175,7 +177,9 @@ def test_sigstopped_member_cannot_commit_after_losing_partitions(
     r = None
     try:
         _wait(lambda: len(_status(status, "s").get("assignment") or []) == 6, 60, "s owns all")
-        r = _start(url, status, "r", "stall", 2000, "cooperative-sticky", options)
+        # r pauses briefly: it only has to commit every record before s resumes (with s's
+        # 1 s pause per 7 records that wait was most of this test's 90 s).
+        r = _start(url, status, "r", "stall", 2000, "cooperative-sticky", options, pause_s=0.05)
         # Stopped inside its processing pause, with time to spare: a status that still says
         # "processing" while its commit runs would let the stop miss the pause, and s, stopped
         # anywhere else, never tries a commit after the stop (r commits everything).

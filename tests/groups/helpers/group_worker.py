@@ -3,8 +3,9 @@
 ``ctp``: consume-transform-produce: each poll's records go to table ``out`` (value
 ``"<partition>:<offset>"``) in one transaction with the group offsets
 (``send_offsets_to_transaction(..., consumer.group_metadata())``); a refused commit aborts
-and rewinds to the committed offsets. ``stall``: plain commits after a 1 s "processing"
-pause, logging each commit's outcome and whether the process was stopped during the pause.
+and rewinds to the committed offsets. ``stall``: plain commits after a "processing" pause
+(1 s, or the optional eighth argument), logging each commit's outcome and whether the
+process was stopped during the pause.
 The status file (JSON) is rewritten after every poll.
 """
 
@@ -23,7 +24,7 @@ from txntable import (
 )
 from txntable.errors import CommitFailedError, UnstableOffsetCommitError
 
-#: The "processing" pause of mode ``stall``.
+#: The "processing" pause of mode ``stall`` (unless the command line gives one).
 PAUSE_S = 1.0
 
 
@@ -49,6 +50,7 @@ def _rewind(c: Consumer) -> None:
 def main() -> None:
     url, name, status_dir, mode, session_ms, strategy = sys.argv[1:7]
     options = json.loads(sys.argv[7]) if len(sys.argv) > 7 else {}
+    pause_s = float(sys.argv[8]) if len(sys.argv) > 8 else PAUSE_S
     wh = Warehouse(url, options)
     c = Consumer(
         wh,
@@ -100,10 +102,10 @@ def main() -> None:
         else:
             # ``until``: when the pause ends (wall clock, read by the test's process), so
             # that a stop meant for the pause is not sent during the commit after it.
-            _write(status, {**base, "phase": "processing", "until": time.time() + PAUSE_S})
+            _write(status, {**base, "phase": "processing", "until": time.time() + pause_s})
             started = time.monotonic()
-            time.sleep(PAUSE_S)
-            stalled = time.monotonic() - started > 2.0
+            time.sleep(pause_s)
+            stalled = time.monotonic() - started > pause_s + 1.0
             try:
                 c.commit(offsets)
                 outcome = "ok"
