@@ -102,13 +102,20 @@ def test_killed_driver_restarts_exactly_once_and_a_same_named_checkpoint_is_anot
         _kill(proc)
     assert proc.returncode == -signal.SIGKILL, "the driver finished before the kill"
     assert 0 < last_batch() < 14
-    _run(source_a, target, "ckpt", dir_a, max_offsets=20)
-    # Every record once: none lost by the kill, none written twice by a replayed batch.
-    assert _values(wh, "out") == sorted(r[3] for r in src_a.expected())
     app_a = f"spark-query-{_query_id(dir_a / 'ckpt')}"
-    assert list(out.snapshot().app_txns) == [app_a]
-
-    _run(f"{wh.url}/in_b", target, "ckpt", dir_b)
-    assert _values(wh, "out") == sorted(r[3] for tw in (src_a, src_b) for r in tw.expected())
+    # Query B runs beside A's restart (each driver run is ~30 s of JVM and Python worker
+    # start-ups): two queries writing one table, each with its own application id.
+    proc_b = _start(f"{wh.url}/in_b", target, "ckpt", dir_b, max_offsets=1000)
+    try:
+        _run(source_a, target, "ckpt", dir_a, max_offsets=20)
+        out_b, _ = proc_b.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        _kill(proc_b)
+    assert proc_b.returncode == 0, out_b[-4000:]
+    # Every record once: none lost by the kill, none written twice by a replayed batch.
+    a_values = sorted(r[3] for r in src_a.expected())
+    b_values = sorted(r[3] for r in src_b.expected())
+    assert _values(wh, "out") == sorted(a_values + b_values)
     app_b = f"spark-query-{_query_id(dir_b / 'ckpt')}"
+    assert app_b != app_a
     assert sorted(out.snapshot().app_txns) == sorted([app_a, app_b])
