@@ -156,6 +156,93 @@ def test_a_load_reads_the_tail_after_its_checkpoint_at_once(memory_store: Memory
     assert store.most_in_flight >= 16
 
 
+def test_a_young_table_is_loaded_with_version_0_beside_the_others(
+    memory_store: MemoryStore,
+) -> None:
+    """Without a checkpoint a load lists the log, then reads version 0 together with the
+    versions after it: one round trip, not one for version 0 and one for the rest."""
+    wh = Warehouse(store=memory_store, group_commit=False)
+    wh.create_table("t", partitions=1)
+    writer = wh.table("t")
+    for i in range(5):
+        write_batch(writer, 0, [b"%d" % i])  # versions 1..5
+    store = _InFlightGets(memory_store)
+    snap = Warehouse(store=store, group_commit=False).table("t").snapshot()
+    assert snap.version == 5 and snap.partition(0).high_watermark == 5
+    assert sorted(store.versions) == [0, 1, 2, 3, 4, 5]
+    assert store.most_in_flight == 6
+
+
+class _SlowHeadAndHint(StoreWrapper):
+    """Holds HEADs and reads of ``_last_checkpoint``, recording when each ran."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.calls: list[tuple[str, float, float]] = []
+        self._lock = threading.Lock()
+
+    def _held(self, what: str, call: Any) -> Any:
+        started = time.monotonic()
+        try:
+            time.sleep(0.05)
+            return call()
+        finally:
+            with self._lock:
+                self.calls.append((what, started, time.monotonic()))
+
+    def head(self, key: str) -> Any:
+        return self._held("head", lambda: super(_SlowHeadAndHint, self).head(key))
+
+    def get(self, key: str) -> StoredObject:
+        if key.endswith("_last_checkpoint"):
+            return self._held("hint", lambda: super(_SlowHeadAndHint, self).get(key))  # type: ignore[no-any-return]
+        return super().get(key)
+
+
+def test_opening_a_table_reads_its_checkpoint_hint_beside_the_existence_check(
+    memory_store: MemoryStore,
+) -> None:
+    """``Warehouse.table`` checks version 0 and reads ``_last_checkpoint`` at once, and the
+    first load uses that read (one round trip less to open and load a table)."""
+    _table_with_tail(memory_store, 3)  # the checkpoint at 100, versions 101..103
+    store = _SlowHeadAndHint(memory_store)
+    handle = Warehouse(store=store, group_commit=False).table("t")
+    snap = handle.snapshot()
+    assert snap.version == 103 and snap.partition(0).high_watermark == 103
+    assert [c[0] for c in sorted(store.calls, key=lambda c: c[1])] in (
+        ["head", "hint"],
+        ["hint", "head"],
+    )
+    (head,) = [c for c in store.calls if c[0] == "head"]
+    (hint,) = [c for c in store.calls if c[0] == "hint"]
+    assert hint[1] < head[2] and head[1] < hint[2]  # they overlapped
+
+
+def test_a_stale_prefetched_hint_still_loads_the_newest_version(
+    memory_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hint read when the handle was opened may be older than the log when the handle is
+    first loaded (a checkpoint written since): the load still ends at the newest version;
+    and a prefetch older than HINT_PREFETCH_S is not used (the hint is read again)."""
+    _table_with_tail(memory_store, 0)  # the checkpoint at 100
+    store = _SlowHeadAndHint(memory_store)
+    handle = Warehouse(store=store, group_commit=False).table("t")
+    with Producer(Warehouse(store=memory_store, group_commit=False), linger_ms=0) as producer:
+        for i in range(105):  # versions 101..205, a checkpoint at 200
+            producer.send("t", value=b"x%d" % i, partition=0).result()
+    snap = handle.snapshot()
+    assert snap.version == 205 and snap.partition(0).high_watermark == 205
+    assert [c[0] for c in store.calls].count("hint") == 1
+
+    import txntable.log.log as log_module
+
+    monkeypatch.setattr(log_module, "HINT_PREFETCH_S", 0.0)
+    store.calls.clear()
+    later = Warehouse(store=store, group_commit=False).table("t")
+    assert later.snapshot().version == 205
+    assert [c[0] for c in store.calls].count("hint") == 2  # the prefetch, then a read
+
+
 def test_a_load_at_a_version_reads_only_up_to_it(memory_store: MemoryStore) -> None:
     _table_with_tail(memory_store, 40)
     store = _InFlightGets(memory_store)

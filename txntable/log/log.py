@@ -72,6 +72,10 @@ LOAD_READS = 32
 #: caller's own read) and a load's reads of a listed tail: shared by every log of the
 #: process.
 READ_AHEAD_THREADS = 32
+#: A checkpoint hint fetched while a handle checked that its table exists serves the
+#: handle's first load if that starts within this many seconds (a hint may be stale anyway:
+#: the load checks the tip).
+HINT_PREFETCH_S = 2.0
 
 
 def _read_ahead_pool() -> ThreadPoolExecutor:
@@ -224,6 +228,8 @@ class Log:
         self._checkpointer: ThreadPoolExecutor | None = None
         #: The last checkpoint's lines by action (see _checkpoint_lines).
         self._lines: dict[int, tuple[Action, str]] = {}
+        #: ``_last_checkpoint`` read beside ``exists``: (when, its read), used once.
+        self._hint_prefetch: tuple[float, Future[StoredObject]] | None = None
 
     # --- keys -----------------------------------------------------------------------------
 
@@ -266,13 +272,34 @@ class Log:
                 time.sleep(random.uniform(0, LOAD_READ_BACKOFF_MS * 2**attempt) / 1000)
         raise AssertionError("unreachable")
 
-    def exists(self) -> bool:
-        """Whether version 0 exists (maintenance never deletes it)."""
+    def exists(self, prefetch_hint: bool = False) -> bool:
+        """Whether version 0 exists (maintenance never deletes it).
+
+        With ``prefetch_hint`` the checkpoint hint a first load starts with is read at the
+        same time (a handle is usually loaded right after it is opened: a round trip less).
+        """
+        if prefetch_hint:
+            try:
+                read = _read_ahead_pool().submit(self.store.get, self.last_checkpoint_key)
+                self._hint_prefetch = (time.monotonic(), read)
+            except RuntimeError:  # the interpreter is shutting down
+                pass
         return self.store.head(self.version_key(0)) is not None
+
+    def _read_hint(self) -> StoredObject:
+        prefetch, self._hint_prefetch = self._hint_prefetch, None
+        if prefetch is not None and time.monotonic() - prefetch[0] < HINT_PREFETCH_S:
+            try:
+                return prefetch[1].result()
+            except ObjectNotFoundError:
+                raise
+            except Exception:  # noqa: BLE001 - not lost: read again in place, which raises
+                pass
+        return self.store.get(self.last_checkpoint_key)
 
     def _checkpoint_hint(self) -> tuple[int, int] | None:
         try:
-            hint = loads_strict(self.store.get(self.last_checkpoint_key).data)
+            hint = loads_strict(self._read_hint().data)
             version = hint["version"]
             parts = hint.get("parts", 1)
         except ObjectNotFoundError:
@@ -400,10 +427,15 @@ class Log:
                 break
         if snap is None:
             snap = TableSnapshot()
-            actions = self.read_version(0, LOAD_READ_RETRIES)
-            if actions is None:
-                raise ObjectNotFoundError(self.version_key(0))
-            snap.apply(0, actions, self.version_key(0))
+            if listed and 0 in listed[0].versions:
+                # A young table (no checkpoint yet) was listed: version 0 is read with the
+                # versions after it, not a round trip before them.
+                self._read_listed(snap, listed[0], up_to=version)
+            if snap.version < 0:
+                actions = self.read_version(0, LOAD_READ_RETRIES)
+                if actions is None:
+                    raise ObjectNotFoundError(self.version_key(0))
+                snap.apply(0, actions, self.version_key(0))
             if version != 0:
                 self._check_not_truncated(listed, version)
         listing = listed[0] if listed else None
