@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import TypeVar
 
 import numpy as np
@@ -84,6 +85,9 @@ Fetched = tuple[pa.Table, np.ndarray]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: The group's offset log in ``Consumer._fresh`` (no table name starts with a NUL).
+GROUP_LOG = "\0group"
 
 
 class Consumer:
@@ -193,6 +197,11 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         #: Newly assigned partitions whose committed offset is still unstable (KIP-447).
         self._awaiting: set[TopicPartition] = set()
+        #: The logs read during the current step (one pass of poll's loop, one offsets
+        #: call): a step reads each table's log, and the group's, once however many of its
+        #: partitions it looks at (Kafka's ListOffsets and OffsetFetch are one request per
+        #: broker, not one per partition). ``None`` outside a step.
+        self._fresh: set[str] | None = None
         self._next_stuck_check = 0.0
         self.consumer_timeout_ms = consumer_timeout_ms
         #: Records polled for iteration and not yielded yet, and per partition how many
@@ -239,8 +248,24 @@ class Consumer:
     def _refresh(self, table: Table) -> None:
         # Read the new versions, then complete what a dead producer left prepared (at most
         # one coordinator read per stuck transactional id per grace period).
+        if self._fresh is not None and table.name in self._fresh:
+            return
         self._io(f"reading table {table.name}", table.snapshot)
         table.finish_stuck_transactions()
+        if self._fresh is not None:
+            self._fresh.add(table.name)
+
+    @contextmanager
+    def _step(self) -> Iterator[None]:
+        """Within it each log is read at most once (see ``_fresh``); steps do not nest."""
+        outer = self._fresh is None
+        if outer:
+            self._fresh = set()
+        try:
+            yield
+        finally:
+            if outer:
+                self._fresh = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -405,8 +430,12 @@ class Consumer:
         if table is None:
             return
         pending = set(table.snapshot().pending_offsets)
+        if self._fresh is not None:
+            self._fresh.add(GROUP_LOG)
         if not pending:
             return
+        if self._fresh is not None:
+            self._fresh.discard(GROUP_LOG)  # the sweep may change it: the next look reads it
         coordinator = TransactionCoordinator(self.warehouse.store)
         name = group_root(self.group_id or "")
         for tid in coordinator.transactional_ids():
@@ -476,14 +505,16 @@ class Consumer:
 
         Takes a list of partitions, or kafka-python's form ``seek_to_beginning(tp1, tp2)``.
         """
-        for tp in self._targets(_partitions_argument(partitions)):
-            self._set_position(tp, self._partition(tp, refresh=True).log_start_offset)
+        with self._step():
+            for tp in self._targets(_partitions_argument(partitions)):
+                self._set_position(tp, self._partition(tp, refresh=True).log_start_offset)
 
     def seek_to_end(self, *partitions: TopicPartition | Iterable[TopicPartition] | None) -> None:
         """Seek to the end offset (LSO under read_committed, else the high watermark) of each
         partition (all assigned if none given; a list, or ``seek_to_end(tp1, tp2)``)."""
-        for tp in self._targets(_partitions_argument(partitions)):
-            self._set_position(tp, self._end(self._partition(tp, refresh=True)))
+        with self._step():
+            for tp in self._targets(_partitions_argument(partitions)):
+                self._set_position(tp, self._end(self._partition(tp, refresh=True)))
 
     def _end(self, part: PartitionState) -> int:
         if self.isolation_level == READ_COMMITTED:
@@ -517,7 +548,8 @@ class Consumer:
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """End offset per partition: the LSO under read_committed, else the high watermark."""
         tps = check_topic_partitions(partitions)
-        return {tp: self._end(self._partition(tp, refresh=True)) for tp in tps}
+        with self._step():
+            return {tp: self._end(self._partition(tp, refresh=True)) for tp in tps}
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
@@ -542,17 +574,19 @@ class Consumer:
             if ts < 0:
                 raise InvalidOffsetError(f"timestamp for {tp} must be >= 0, got {ts}")
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
-        for tp, ts in timestamps.items():
-            table = self._table(tp.topic)
-            self._refresh(table)
-            snap = table.snapshot(refresh=False)
-            out[tp] = offset_for_time(table, snap, tp.partition, ts, self.isolation_level)
+        with self._step():
+            for tp, ts in timestamps.items():
+                table = self._table(tp.topic)
+                self._refresh(table)
+                snap = table.snapshot(refresh=False)
+                out[tp] = offset_for_time(table, snap, tp.partition, ts, self.isolation_level)
         return out
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Log start offset per partition."""
         tps = check_topic_partitions(partitions)
-        return {tp: self._partition(tp, refresh=True).log_start_offset for tp in tps}
+        with self._step():
+            return {tp: self._partition(tp, refresh=True).log_start_offset for tp in tps}
 
     def highwater(self, partition: TopicPartition) -> int:
         """The last known high watermark of an assigned partition (kafka-python's): from the
@@ -701,11 +735,12 @@ class Consumer:
         limit = self.max_poll_records if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            if self._awaiting:
-                self._resolve_awaiting()
-            for table in {tp.topic for tp in self._fetchable()}:
-                self._refresh(self._table(table))
-            out = self._fetch(limit)
+            with self._step():
+                if self._awaiting:
+                    self._resolve_awaiting()
+                for table in {tp.topic for tp in self._fetchable()}:
+                    self._refresh(self._table(table))
+                out = self._fetch(limit)
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(self.fetch_backoff_ms / 1000, max(deadline - time.monotonic(), 0)))
@@ -864,12 +899,19 @@ class Consumer:
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
         while True:
             try:
-                snap = self._io(f"reading group {self.group_id}", table.snapshot)
+                if self._fresh is not None and GROUP_LOG in self._fresh:
+                    snap = table.snapshot(refresh=False)
+                else:
+                    snap = self._io(f"reading group {self.group_id}", table.snapshot)
+                    if self._fresh is not None:
+                        self._fresh.add(GROUP_LOG)
                 return committed_offset(snap, self.group_id or "", partition)
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(self.fetch_backoff_ms / 1000)
+                if self._fresh is not None:
+                    self._fresh.discard(GROUP_LOG)  # waiting for it to settle: read again
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         """Commit ``offsets`` (default: current positions) to the group, synchronously.
