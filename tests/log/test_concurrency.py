@@ -218,6 +218,27 @@ def test_opening_a_table_reads_its_checkpoint_hint_beside_the_existence_check(
     assert hint[1] < head[2] and head[1] < hint[2]  # they overlapped
 
 
+def test_opening_a_group_log_reads_its_checkpoint_hint_beside_the_existence_check(
+    memory_store: MemoryStore,
+) -> None:
+    """A consumer group's offset log is opened like a table: the hint is read beside the
+    check for version 0, and the first load uses it."""
+    from txntable import Consumer, OffsetAndMetadata, TopicPartition
+    from txntable.groups.offsets import open_group_table
+
+    Warehouse(store=memory_store).create_table("t", partitions=1)
+    consumer = Consumer(Warehouse(store=memory_store), group_id="g")
+    consumer.assign([TopicPartition("t", 0)])
+    consumer.commit({TopicPartition("t", 0): OffsetAndMetadata(0)})
+    consumer.close()
+    store = _SlowHeadAndHint(memory_store)
+    group_log = open_group_table(store, "g", create=False)
+    assert group_log is not None and group_log.snapshot().version >= 1
+    (head,) = [c for c in store.calls if c[0] == "head"]
+    (hint,) = [c for c in store.calls if c[0] == "hint"]
+    assert hint[1] < head[2] and head[1] < hint[2]  # they overlapped
+
+
 def test_a_stale_prefetched_hint_still_loads_the_newest_version(
     memory_store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
