@@ -86,7 +86,8 @@ Fetched = tuple[pa.Table, np.ndarray]
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: The group's offset log in ``Consumer._fresh`` (no table name starts with a NUL).
+#: The group's offset log among the logs a consumer's step read (no table name starts
+#: with a NUL).
 GROUP_LOG = "\0group"
 
 
@@ -200,8 +201,9 @@ class Consumer:
         #: The logs read during the current step (one pass of poll's loop, one offsets
         #: call): a step reads each table's log, and the group's, once however many of its
         #: partitions it looks at (Kafka's ListOffsets and OffsetFetch are one request per
-        #: broker, not one per partition). ``None`` outside a step.
-        self._fresh: set[str] | None = None
+        #: broker, not one per partition). Per thread (a ``commit_async`` thread, or an
+        #: application's, is not in the caller's step); unset outside a step.
+        self._steps = threading.local()
         self._next_stuck_check = 0.0
         self.consumer_timeout_ms = consumer_timeout_ms
         #: Records polled for iteration and not yielded yet, and per partition how many
@@ -248,24 +250,31 @@ class Consumer:
     def _refresh(self, table: Table) -> None:
         # Read the new versions, then complete what a dead producer left prepared (at most
         # one coordinator read per stuck transactional id per grace period).
-        if self._fresh is not None and table.name in self._fresh:
+        fresh = self._fresh()
+        if fresh is not None and table.name in fresh:
             return
         self._io(f"reading table {table.name}", table.snapshot)
         table.finish_stuck_transactions()
-        if self._fresh is not None:
-            self._fresh.add(table.name)
+        if fresh is not None:
+            fresh.add(table.name)
+
+    def _fresh(self) -> set[str] | None:
+        """The logs this thread's current step has read (``None`` outside a step)."""
+        fresh: set[str] | None = getattr(self._steps, "fresh", None)
+        return fresh
 
     @contextmanager
     def _step(self) -> Iterator[None]:
-        """Within it each log is read at most once (see ``_fresh``); steps do not nest."""
-        outer = self._fresh is None
+        """Within it each log is read at most once (see ``_steps``); a step inside a step
+        is part of it."""
+        outer = self._fresh() is None
         if outer:
-            self._fresh = set()
+            self._steps.fresh = set()
         try:
             yield
         finally:
             if outer:
-                self._fresh = None
+                self._steps.fresh = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -430,12 +439,13 @@ class Consumer:
         if table is None:
             return
         pending = set(table.snapshot().pending_offsets)
-        if self._fresh is not None:
-            self._fresh.add(GROUP_LOG)
+        fresh = self._fresh()
+        if fresh is not None:
+            fresh.add(GROUP_LOG)
         if not pending:
             return
-        if self._fresh is not None:
-            self._fresh.discard(GROUP_LOG)  # the sweep may change it: the next look reads it
+        if fresh is not None:
+            fresh.discard(GROUP_LOG)  # the sweep may change it: the next look reads it
         coordinator = TransactionCoordinator(self.warehouse.store)
         name = group_root(self.group_id or "")
         for tid in coordinator.transactional_ids():
@@ -897,21 +907,22 @@ class Consumer:
         if table is None:
             return None  # no offset was ever committed for the group
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
+        fresh = self._fresh()
         while True:
             try:
-                if self._fresh is not None and GROUP_LOG in self._fresh:
+                if fresh is not None and GROUP_LOG in fresh:
                     snap = table.snapshot(refresh=False)
                 else:
                     snap = self._io(f"reading group {self.group_id}", table.snapshot)
-                    if self._fresh is not None:
-                        self._fresh.add(GROUP_LOG)
+                    if fresh is not None:
+                        fresh.add(GROUP_LOG)
                 return committed_offset(snap, self.group_id or "", partition)
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(self.fetch_backoff_ms / 1000)
-                if self._fresh is not None:
-                    self._fresh.discard(GROUP_LOG)  # waiting for it to settle: read again
+                if fresh is not None:
+                    fresh.discard(GROUP_LOG)  # waiting for it to settle: read again
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         """Commit ``offsets`` (default: current positions) to the group, synchronously.

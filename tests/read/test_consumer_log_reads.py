@@ -115,3 +115,23 @@ def test_each_pass_of_a_waiting_poll_reads_the_log_again(lake: str) -> None:
     assert [(r.offset, r.value) for r in polled[TPS[0]]] == [(1, b"late")]
     consumer.close()
 
+
+
+def test_a_step_is_the_calling_thread_s_own(lake: str) -> None:
+    """What a step read serves only the thread that runs it: another thread's lookup during
+    a poll (an application thread, a ``commit_async``) reads the log itself."""
+    consumer = Consumer(Warehouse(lake))
+    consumer.assign([TPS[0]])
+    assert consumer.end_offsets([TPS[0]]) == {TPS[0]: 1}
+    seen: dict[TopicPartition, int] = {}
+    with consumer._step():  # as inside a poll's pass, which has read the table
+        assert consumer.end_offsets([TPS[0]]) == {TPS[0]: 1}
+        with Producer(Warehouse(lake)) as producer:
+            producer.send("t", value=b"new", partition=0).result(timeout=10)
+        assert consumer.end_offsets([TPS[0]]) == {TPS[0]: 1}  # this step read it already
+        other = threading.Thread(target=lambda: seen.update(consumer.end_offsets([TPS[0]])))
+        other.start()
+        other.join()
+    assert seen == {TPS[0]: 2}
+    assert consumer.end_offsets([TPS[0]]) == {TPS[0]: 2}
+    consumer.close()
