@@ -233,7 +233,7 @@ class Warehouse:
         table = Table(
             self.store, name, finisher=self._reader_finisher(), group_commit=self.group_commit
         )
-        if not table.log.exists(prefetch_hint=True):
+        if not table.log.exists():
             self.store.check_root()  # a missing bucket is reported as such
             raise TableNotFoundError(f"no table {name!r} in {self.url}")
         return table

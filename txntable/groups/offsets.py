@@ -108,7 +108,7 @@ def open_group_table(store: Store, group_id: str, create: bool = True) -> Table 
     """
     root = group_root(group_id)
     log = Log(store, root)
-    if not log.exists(prefetch_hint=True):
+    if not log.exists():
         if not create:
             return None
         actions: list[Action] = [

@@ -272,18 +272,17 @@ class Log:
                 time.sleep(random.uniform(0, LOAD_READ_BACKOFF_MS * 2**attempt) / 1000)
         raise AssertionError("unreachable")
 
-    def exists(self, prefetch_hint: bool = False) -> bool:
+    def exists(self) -> bool:
         """Whether version 0 exists (maintenance never deletes it).
 
-        With ``prefetch_hint`` the checkpoint hint a first load starts with is read at the
-        same time (a handle is usually loaded right after it is opened: a round trip less).
+        The checkpoint hint a first load starts with is read at the same time: every caller
+        loads the log right after it found it (a round trip less).
         """
-        if prefetch_hint:
-            try:
-                read = _read_ahead_pool().submit(self.store.get, self.last_checkpoint_key)
-                self._hint_prefetch = (time.monotonic(), read)
-            except RuntimeError:  # the interpreter is shutting down
-                pass
+        try:
+            read = _read_ahead_pool().submit(self.store.get, self.last_checkpoint_key)
+            self._hint_prefetch = (time.monotonic(), read)
+        except RuntimeError:  # the interpreter is shutting down
+            pass
         return self.store.head(self.version_key(0)) is not None
 
     def _read_hint(self) -> StoredObject:
@@ -293,8 +292,8 @@ class Log:
                 return prefetch[1].result()
             except ObjectNotFoundError:
                 raise
-            except Exception:  # noqa: BLE001 - not lost: read again in place, which raises
-                pass
+            except (TxnTableError, OSError):
+                pass  # a failed prefetch is not the answer: read again in place
         return self.store.get(self.last_checkpoint_key)
 
     def _checkpoint_hint(self) -> tuple[int, int] | None:
