@@ -48,7 +48,7 @@ from txntable.protocol.records import (
 )
 from txntable.protocol.schema import TypedLayout, layout_of
 from txntable.protocol.sequencing import OffsetCommitOp
-from txntable.protocol.snapshot import PartitionState
+from txntable.protocol.snapshot import PartitionState, TableSnapshot
 from txntable.protocol.typed import rows_to_dict_records
 from txntable.read.planning import (
     FetchPlan,
@@ -258,6 +258,21 @@ class Consumer:
         if fresh is not None:
             fresh.add(table.name)
 
+    def _group_snapshot(self, table: Table) -> TableSnapshot:
+        """The group's offset log, read unless this thread's step has read it already."""
+        fresh = self._fresh()
+        if fresh is None or GROUP_LOG not in fresh:
+            self._io(f"reading group {self.group_id}", table.snapshot)
+            if fresh is not None:
+                fresh.add(GROUP_LOG)
+        return table.snapshot(refresh=False)
+
+    def _reread_group(self) -> None:
+        """The group's log may have changed: the step's next look reads it again."""
+        fresh = self._fresh()
+        if fresh is not None:
+            fresh.discard(GROUP_LOG)
+
     def _fresh(self) -> set[str] | None:
         """The logs this thread's current step has read (``None`` outside a step)."""
         fresh: set[str] | None = getattr(self._steps, "fresh", None)
@@ -438,14 +453,10 @@ class Consumer:
         table = self._group_table(create=False)
         if table is None:
             return
-        pending = set(table.snapshot().pending_offsets)
-        fresh = self._fresh()
-        if fresh is not None:
-            fresh.add(GROUP_LOG)
+        pending = set(self._group_snapshot(table).pending_offsets)
         if not pending:
             return
-        if fresh is not None:
-            fresh.discard(GROUP_LOG)  # the sweep may change it: the next look reads it
+        self._reread_group()  # the sweep below may change it
         coordinator = TransactionCoordinator(self.warehouse.store)
         name = group_root(self.group_id or "")
         for tid in coordinator.transactional_ids():
@@ -907,22 +918,15 @@ class Consumer:
         if table is None:
             return None  # no offset was ever committed for the group
         deadline = time.monotonic() + self.unstable_offset_timeout_ms / 1000
-        fresh = self._fresh()
         while True:
             try:
-                if fresh is not None and GROUP_LOG in fresh:
-                    snap = table.snapshot(refresh=False)
-                else:
-                    snap = self._io(f"reading group {self.group_id}", table.snapshot)
-                    if fresh is not None:
-                        fresh.add(GROUP_LOG)
+                snap = self._group_snapshot(table)
                 return committed_offset(snap, self.group_id or "", partition)
             except UnstableOffsetCommitError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(self.fetch_backoff_ms / 1000)
-                if fresh is not None:
-                    fresh.discard(GROUP_LOG)  # waiting for it to settle: read again
+                self._reread_group()  # waiting for it to settle
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         """Commit ``offsets`` (default: current positions) to the group, synchronously.
