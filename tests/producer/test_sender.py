@@ -18,7 +18,7 @@ import pytest
 from tableutil import batches_in_log, read_all
 
 from txntable import Warehouse
-from txntable.errors import KafkaTimeoutError, TransientStorageError
+from txntable.errors import KafkaTimeoutError, ProducerFencedError, TransientStorageError
 from txntable.producer.accumulator import PY_RECORD_OVERHEAD, RecordAccumulator
 from txntable.producer.futures import FutureRecordMetadata
 from txntable.producer.metadata import ProducerMetadata
@@ -191,10 +191,18 @@ def test_the_short_path_writes_its_segments_and_leaves_the_commit_to_the_manager
     segments_then: list[list[str]] = []
 
     def register() -> None:
-        segments_then.append([k for k in t.store.list("t/") if k.endswith(".parquet")])
+        # Runs beside the segment's put (both before the append): the segment lands while
+        # the registration is still in progress (run one after the other, it never would).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            written = [k for k in t.store.list("t/") if k.endswith(".parquet")]
+            if written:
+                segments_then.append(written)
+                return
+            time.sleep(0.005)
 
     written = sender.write_transaction(whole, register)
-    assert segments_then == [[]]  # registered before any segment was written
+    assert len(segments_then) == 1 and len(segments_then[0]) == 1
     ((pending,),) = written.values()
     assert (pending.partition, pending.count, pending.base_sequence) == (2, 1, 0)
     assert t.store.get_data_file(pending.path)  # written
@@ -203,6 +211,36 @@ def test_the_short_path_writes_its_segments_and_leaves_the_commit_to_the_manager
     txn.begin_commit()
     txn.commit_one_log("t", whole["t"], written["t"])
     assert (future.get(0).partition, future.get(0).offset) == (2, 0)
+
+
+def test_a_failed_registration_beside_the_segments_fails_the_transaction_with_its_error(
+    t: Warehouse, store: FaultInjectingStore, make_parts: Callable[..., Parts]
+) -> None:
+    """The registration's error is the transaction's, whether the segments were written or
+    failed too: a fenced producer is fatal, whatever else went wrong."""
+    for segments_fail in (False, True):
+        acc, txn, sender = make_parts(
+            t, transactional_id=f"tx{segments_fail}", delivery_timeout_ms=200
+        )
+        txn.init_transactions()
+        txn.begin_transaction()
+        future = put(acc, b"a", 0)
+        whole = acc.drain_whole(txn.short_path_allowed)
+        assert whole is not None
+        if segments_fail:
+            store.fail_before_write(is_segment, times=1000, exc=TransientStorageError("down"))
+
+        def register() -> None:
+            raise ProducerFencedError("a newer instance")
+
+        with pytest.raises(ProducerFencedError, match="a newer instance") as raised:
+            sender.write_transaction(whole, register)
+        assert isinstance(future.exception(0), ProducerFencedError)
+        assert txn.state is ClientTxnState.FATAL_ERROR
+        assert acc.used_memory == 0
+        if segments_fail:
+            assert isinstance(raised.value.__cause__, TransientStorageError)
+        store.clear()
 
 
 def test_a_short_path_segment_that_cannot_be_written_fails_the_transaction(

@@ -319,8 +319,6 @@ class Sender:
     def _submit_put(self, path: str, data: bytes, deadline: float) -> Future[None]:
         """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
         self._accumulator.add_memory(len(data))
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(SEGMENT_PUTS, thread_name_prefix="txntable-put")
         store = self._metadata.store
 
         def put() -> None:
@@ -331,27 +329,44 @@ class Sender:
             finally:
                 self._accumulator.release(len(data))
 
-        return self._pool.submit(put)
+        return self._put_pool().submit(put)
+
+    def _put_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(SEGMENT_PUTS, thread_name_prefix="txntable-put")
+        return self._pool
 
     def write_transaction(
         self, by_table: Round, before: Callable[[], None] | None = None
     ) -> dict[str, tuple[PendingBatch, ...]]:
         """Write the segments of a whole transaction drained for a one-log commit (on the
-        caller's thread), after ``before()`` (the table's registration); their commit is the
-        transaction manager's. Frees the round.
+        caller's thread), beside ``before()`` (the table's registration: both must be done
+        before the append, in either order); their commit is the transaction manager's.
+        Frees the round.
 
         Raises:
-            TxnTableError: ``before()`` failed or a segment could not be written; every
-                batch fails with it and the transaction can only be aborted.
+            TxnTableError: ``before()`` failed (its error first: a fenced producer is
+                fatal) or a segment could not be written; every batch fails with it and the
+                transaction can only be aborted.
         """
         batches = [b for items in by_table.values() for b in items]
         try:
-            if before is not None:
-                before()
-            deadline = self._retries.delivery_deadline()
-            return {
-                t: tuple(self.write_segments(t, items, deadline)) for t, items in by_table.items()
-            }
+            # Submitted first, so that it has a put thread of its own.
+            registering = None if before is None else self._put_pool().submit(before)
+            try:
+                deadline = self._retries.delivery_deadline()
+                written = {
+                    t: tuple(self.write_segments(t, items, deadline))
+                    for t, items in by_table.items()
+                }
+            except BaseException as segment_error:
+                failed = None if registering is None else registering.exception()
+                if failed is None:
+                    raise
+                raise failed from segment_error
+            if registering is not None:
+                registering.result()
+            return written
         except Exception as e:
             error = InternalError.wrap(e)
             for batch in batches:
