@@ -84,6 +84,16 @@ class Txn:
     ended: bool = False
 
 
+@dataclass(frozen=True)
+class Init:
+    """A producer's ``init_transactions`` returned: when, and the producer id and epoch it
+    got (``None`` in journals that did not record them)."""
+
+    ts: float
+    pid: int | None = None
+    epoch: int | None = None
+
+
 @dataclass
 class Zombie:
     """A worker the driver paused while a successor with its transactional id initialised."""
@@ -116,7 +126,7 @@ class History:
     roles: set[str] = field(default_factory=set)
     progress: Counter[str] = field(default_factory=Counter)
     #: Per ``<journal>/<transactional id>``: when a producer finished ``init_transactions``.
-    inits: dict[str, list[float]] = field(default_factory=dict)
+    inits: dict[str, list[Init]] = field(default_factory=dict)
     #: Per journal: why it exited (its last exit entry).
     exits: dict[str, str] = field(default_factory=dict)
     zombies: list[Zombie] = field(default_factory=list)
@@ -238,7 +248,8 @@ def fold(h: History, name: str, e: dict[str, Any]) -> None:
     elif kind == "start":
         h.roles.add(role)
     elif kind == "init":
-        h.inits.setdefault(f"{name}/{e.get('tid', '')}", []).append(e["ts"])
+        init = Init(e["ts"], e.get("pid"), e.get("epoch"))
+        h.inits.setdefault(f"{name}/{e.get('tid', '')}", []).append(init)
     elif kind == "exit":
         h.exits[name] = e["why"]
     elif kind == "maint":
@@ -576,6 +587,23 @@ def check_live_consumers(r: Report, h: History, final: Final, visible: dict[str,
                     r.add("consumer_skip", f"{name}: {t}[{p}]@{o} ({v}) below {position}")
 
 
+def outranks(mine: list[Init], theirs: list[Init], at: float) -> bool:
+    """Whether the latest of ``mine`` before ``at`` got a newer epoch of the same producer id
+    than every one of ``theirs`` before ``at``: initialisations that overlapped (a zombie
+    resumed while its successor initialised) are ordered by the coordinator's CAS, not by
+    when each returned — the one that fenced its tables longer returns later, older."""
+    own = [i for i in mine if i.ts <= at]
+    other = [i for i in theirs if i.ts <= at]
+    if not own or not other:
+        return False
+    latest = max(own, key=lambda i: i.ts)
+    if latest.epoch is None:
+        return False
+    return all(
+        o.pid == latest.pid and o.epoch is not None and o.epoch < latest.epoch for o in other
+    )
+
+
 def check_workers(r: Report, h: History, final: Final) -> None:
     """Every kind of worker made progress; zombies were fenced; none hung or gave up."""
     for role in sorted(h.roles):
@@ -590,13 +618,15 @@ def check_workers(r: Report, h: History, final: Final) -> None:
             successor = h.inits.get(f"{z.successor}/{tid}")
             if not successor:
                 continue  # killed before it initialised: nothing fenced the zombie
-            fenced_at = successor[0]
+            fenced_at = successor[0].ts
             # A zombie that initialised again after its successor owns the id again (its
             # journal's times are rounded to the millisecond: an init and the decision of
             # its first transaction can share one).
-            again = h.inits.get(f"{z.journal}/{tid}", ())
-            retook = any(fenced_at < t <= txn.decided_at for t in again)
-            if txn.decided_at > fenced_at and not retook:
+            again = h.inits.get(f"{z.journal}/{tid}", [])
+            retook = any(fenced_at < i.ts <= txn.decided_at for i in again)
+            if txn.decided_at > fenced_at and not retook and not outranks(
+                again, successor, txn.decided_at
+            ):
                 r.add(
                     "zombie_commit",
                     f"{name} of zombie {z.journal} decided at {txn.decided_at}, "

@@ -129,7 +129,9 @@ def new_txn_producer(
         )
         try:
             p.init_transactions()
-            j.log(e="init", tid=cfg["tid"])
+            # The epoch orders instances whose initialisations overlapped (the later one
+            # to return may hold the older epoch).
+            j.log(e="init", tid=cfg["tid"], pid=p.producer_id, epoch=p.producer_epoch)
             return p
         except TxnTableError as e:
             j.log(e="init_error", err=err(e))

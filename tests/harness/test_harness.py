@@ -26,6 +26,7 @@ from eo_checker import (
     ANOMALIES,
     Final,
     History,
+    Init,
     JournalReader,
     Seen,
     Txn,
@@ -77,7 +78,7 @@ def clean() -> tuple[History, Final]:
     h.ctp_txns = Counter(commit=1)
     # Paused after its last transaction; its successor initialised; it then exited fenced.
     h.zombies = [Zombie("txn-0-0", "txn-0-1")]
-    h.inits = {"txn-0-0/a": [1.0], "txn-0-1/a": [20.0]}
+    h.inits = {"txn-0-0/a": [Init(1.0)], "txn-0-1/a": [Init(20.0)]}
     h.exits = {"txn-0-0": "fenced", "txn-0-1": "stop", "maint-0-0": "stop"}
     f = Final()
     ctp_out = "ctp|0|0|a.0.0/0"
@@ -169,7 +170,7 @@ PLANTS: dict[str, tuple[Callable[[History, Final], object], int]] = {
     ),
     "no_progress": (_ctp_never_commits, 1),
     # The successor initialised at 10.5: a.0.2, decided at 11.0, must not have committed.
-    "zombie_commit": (lambda h, f: h.inits.update({"txn-0-1/a": [10.5]}), 1),
+    "zombie_commit": (lambda h, f: h.inits.update({"txn-0-1/a": [Init(10.5)]}), 1),
     "hung_worker": (lambda h, f: h.hung.append("idem-0-0"), 1),
     "worker_exit": (lambda h, f: h.exits.update({"maint-0-0": "error"}), 1),
 }
@@ -254,16 +255,37 @@ def test_a_consumer_may_miss_a_deleted_record_but_no_other() -> None:
 
 def test_a_zombie_that_initialised_again_owns_its_id_again() -> None:
     h, f = clean()
-    h.inits["txn-0-1/a"] = [10.5]
-    h.inits["txn-0-0/a"] = [1.0, 10.8]  # resumed, failed, initialised again: fenced the successor
+    h.inits["txn-0-1/a"] = [Init(10.5)]
+    # Resumed, failed, initialised again: fenced the successor.
+    h.inits["txn-0-0/a"] = [Init(1.0), Init(10.8)]
     assert check(h, f, "ctp").ok
     h.inits["txn-0-0/b"] = h.inits.pop("txn-0-0/a")  # another id of that process did, not a
     assert +check(h, f, "ctp").anomalies == Counter({"zombie_commit": 1})
     h.inits["txn-0-0/a"] = h.inits.pop("txn-0-0/b")
     assert check(h, f, "ctp").ok
     # Initialised again in the millisecond of its next decision (journal times are rounded).
-    h.inits["txn-0-0/a"] = [1.0, 11.0]
+    h.inits["txn-0-0/a"] = [Init(1.0), Init(11.0)]
     assert check(h, f, "ctp").ok
+
+
+def test_a_zombie_whose_init_overlapped_its_successors_is_ordered_by_epoch() -> None:
+    """A zombie resumed while its successor initialised: both calls overlap, and the one
+    that returns later may hold the older epoch (its fences took longer). The newer epoch
+    owns the id, whichever returned first (seen in a run: the successor, epoch 18, returned
+    after the zombie, epoch 19, and was fenced by it)."""
+    h, f = clean()
+    h.inits["txn-0-1/a"] = [Init(10.5, 7, 18)]
+    h.inits["txn-0-0/a"] = [Init(10.2, 7, 19)]  # returned first, CAS'd last
+    assert check(h, f, "ctp").ok
+    h.inits["txn-0-0/a"] = [Init(10.2, 7, 17)]  # the older epoch: a zombie commit
+    assert +check(h, f, "ctp").anomalies == Counter({"zombie_commit": 1})
+    h.inits["txn-0-0/a"] = [Init(10.2, 7, 19)]
+    h.inits["txn-0-1/a"] = [Init(10.5, 7, 18), Init(10.9, 7, 20)]  # the successor took it back
+    assert +check(h, f, "ctp").anomalies == Counter({"zombie_commit": 1})
+    h.inits["txn-0-1/a"] = [Init(10.5, 8, 0)]  # another producer id: epochs do not compare
+    assert +check(h, f, "ctp").anomalies == Counter({"zombie_commit": 1})
+    h.inits["txn-0-1/a"] = [Init(10.5)]  # a journal without epochs: the times decide
+    assert +check(h, f, "ctp").anomalies == Counter({"zombie_commit": 1})
 
 
 def test_the_journal_reader_folds_complete_lines_once(tmp_path: Path) -> None:
