@@ -146,6 +146,8 @@ class WriterResult:
     txns: list[Txn]
     requests: dict[str, int]  # while running (setup excluded)
     producer_errors: list[str]  # failures outside a transaction (close, init_transactions)
+    #: The group-commit counters of its producers' table handles (rounds, helps, ...).
+    group_commit: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -319,6 +321,7 @@ def writer_loop(
     rng = random.Random(f"{seed}-{writer}")
     txns: list[Txn] = []
     errors: list[str] = []
+    counts: Counter[str] = Counter()
     before = counter.snapshot()
 
     def reopen() -> Producer:
@@ -336,14 +339,31 @@ def writer_loop(
             except Exception as e:
                 txn = Txn(seq, partition, start, time.time(), UNKNOWN, error=describe_error(e))
                 txns.append(txn)
-                producer = settle_failed(producer, txn, e, futures, reopen)
+                replaced = settle_failed(producer, txn, e, futures, reopen)
+                if replaced is not producer:
+                    add_counts(counts, group_commit_stats(producer, table))
+                producer = replaced
             seq += 1
         close_producer(producer, errors)
     except Exception as e:  # the producer could not be replaced: this writer stops here
         errors.append(f"writer stopped: {describe_error(e)}")
+    add_counts(counts, group_commit_stats(producer, table))
     after = counter.snapshot()
     requests = {kind: after[kind] - before[kind] for kind in REQUEST_KINDS}
-    return WriterResult(writer, transactional_id, txns, requests, errors)
+    return WriterResult(writer, transactional_id, txns, requests, errors, counts)
+
+
+def group_commit_stats(producer: Producer, table: str) -> dict[str, int]:
+    """The counters of the producer's group-commit handle of ``table`` (none if it never
+    loaded the table, or writes without group commit)."""
+    handle = producer.metadata.loaded(table)
+    if handle is None or handle.group_commit is None:
+        return {}
+    return dict(handle.group_commit.stats)
+
+
+def add_counts(into: Counter[str], counts: dict[str, int]) -> None:
+    into.update(counts)
 
 
 # --- a worker process ----------------------------------------------------------------------
@@ -655,8 +675,10 @@ def summarise(run: Run, baseline_commits_per_s: float | None) -> dict[str, Any]:
     mean = sum(per_writer) / len(per_writer) if per_writer else 0.0
     fewest = min(per_writer) if per_writer else 0
     requests: Counter[str] = Counter()
+    group_commit: Counter[str] = Counter()
     for r in run.results:
         requests.update(r.requests)
+        group_commit.update(r.group_commit)
     per_txn = max(1, len(committed))
     failed = [t for t in txns if t.error is not None]
     errors = Counter(error_kind(t.error) for t in failed if t.error is not None)
@@ -686,6 +708,7 @@ def summarise(run: Run, baseline_commits_per_s: float | None) -> dict[str, Any]:
         "requests_per_txn": sum(requests.values()) / per_txn,
         "requests_per_txn_by_kind": {k: requests[k] / per_txn for k in REQUEST_KINDS},
         "versions_per_txn": (run.versions - maintenance_versions) / per_txn,
+        "group_commit": dict(sorted(group_commit.items())),
         "failed": len(failed),
         "failed_outcomes": dict(outcomes),
         "errors": dict(errors.most_common()),
@@ -753,6 +776,9 @@ def format_details(r: dict[str, Any]) -> str:
         f"{r['seconds']:g} s, last transaction ended {r['overrun_s']:.1f} s after); "
         f"requests/txn: {kinds}",
     ]
+    if any(r["group_commit"].values()):
+        counts = ", ".join(f"{k} {v}" for k, v in r["group_commit"].items() if v)
+        lines.append(f"  group commit (every writer's handle): {counts}")
     if r["failed"]:
         outcomes = ", ".join(f"{v} {k}" for k, v in sorted(r["failed_outcomes"].items()))
         lines.append(f"  failed transactions: {r['failed']} (then {outcomes})")

@@ -146,5 +146,10 @@ def test_quick_run_passes_exactly_once(tmp_path: Path) -> None:
         assert row["check"] == "PASS", row["check_detail"]
         assert row["commits_total"] >= 1
         assert row["check_detail"]["acknowledged"] == row["commits_total"] * bw.RECORDS_PER_TXN
+        # The writers' group-commit counters are reported (a committer's own commits are
+        # in its rounds, so direct + followed may be fewer than the commits).
+        counts = row["group_commit"]
+        assert {"direct", "followed", "rounds", "helps"} <= counts.keys(), counts
+        assert counts["direct"] + counts["followed"] >= 1, counts
     maintenance = rows[2]["maintenance"]
     assert maintenance["optimize"]["runs"] >= 1 and maintenance["compact"]["runs"] >= 1

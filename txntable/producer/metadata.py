@@ -57,6 +57,10 @@ class ProducerMetadata:
             self._tables[name] = table  # only once loaded: a failed load is tried again
         return table
 
+    def loaded(self, name: str) -> Table | None:
+        """The producer's handle of table ``name`` if it loaded one (no I/O)."""
+        return self._tables.get(name)
+
     def partition_count(self, topic: str) -> int:
         """``topic``'s partition count; its first call loads the table and its layout.
 
