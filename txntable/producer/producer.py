@@ -286,7 +286,8 @@ class Producer:
         whole = self.accumulator.drain_whole(txn.short_path_allowed)
         if whole is not None:
             ((topic, items),) = whole.items()
-            pending = self.sender.write_transaction(whole, lambda: txn.register_table(topic))
+            register = None if txn.registered(topic) else (lambda: txn.register_table(topic))
+            pending = self.sender.write_transaction(whole, register)
             txn.commit_one_log(topic, items, pending[topic])
             return
         self.accumulator.flush()

@@ -465,6 +465,10 @@ class TransactionManager:
             raise error from e
         self._transaction_ended(new_pid, new_epoch)
 
+    def registered(self, topic: str) -> bool:
+        """Whether the coordinator object lists ``topic`` as this producer last saw it."""
+        return topic in self._tables
+
     def register_table(self, topic: str) -> None:
         """RegisterTable before the first one-log commit of this id to ``topic``, so that
         every later InitProducerId fences the table (nothing once it is registered).
