@@ -9,21 +9,31 @@ come from it, from 0 up); shard k hands out ids from k * 2**40.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 
-from txntable.errors import CorruptLogError, InvalidTxnStateError, PreconditionFailedError
+from txntable import config
+from txntable.errors import (
+    CorruptLogError,
+    InvalidTxnStateError,
+    PreconditionFailedError,
+    TransientStorageError,
+)
 from txntable.layout import (
     PRODUCER_ID_SHARD_SPAN,
     PRODUCER_ID_SHARDS,
     PRODUCER_IDS_KEY,
     producer_ids_key,
 )
-from txntable.storage.base import Store, StoreWrapper
+from txntable.storage.base import Store, StoredObject, StoreWrapper
 from txntable.storage.local import LocalStore
 from txntable.storage.wrappers import LatencyStore
-from txntable.txn.coordinator import ProducerIdAllocator
+from txntable.txn.coordinator import ProducerIdAllocator, TransactionCoordinator
+
+BLOCK = config.PRODUCER_ID_BLOCK_SIZE_DEFAULT
 
 
 @pytest.fixture
@@ -137,3 +147,67 @@ def test_with_every_shard_spent_no_block_is_reserved(store: LocalStore) -> None:
             end - 5))
     with pytest.raises(InvalidTxnStateError, match="every shard is spent"):
         ProducerIdAllocator(store, block_size=10, shards=2).allocate()
+
+
+class _SlowGets(StoreWrapper):
+    """Every GET takes 50 ms and is recorded (key, start, end)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.gets: list[tuple[str, float, float]] = []
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> StoredObject:
+        started = time.monotonic()
+        try:
+            time.sleep(0.05)
+            return super().get(key)
+        finally:
+            with self._lock:
+                self.gets.append((key, started, time.monotonic()))
+
+
+def test_a_new_id_reads_its_object_and_a_producer_id_block_at_once(store: LocalStore) -> None:
+    """InitProducerId of a new transactional id needs a producer id: the block's object is
+    read beside the id's (one round trip less to start a producer); for an existing id that
+    read is spent in parallel and reserves nothing."""
+    ProducerIdAllocator(store).allocate()  # the block object exists: its etag is CAS'd on
+    slow = _SlowGets(store)
+    coordinator = TransactionCoordinator(slow)
+    meta = coordinator.init_producer_id("new", 60_000)
+    assert meta.producer_epoch == 0
+    (txn,) = [g for g in slow.gets if g[0].endswith("/new.json")]
+    (block,) = [g for g in slow.gets if g[0] == PRODUCER_IDS_KEY]
+    assert txn[1] < block[2] and block[1] < txn[2]  # they overlapped
+    # Its block is reserved now: ids of this coordinator come from it.
+    slow.gets.clear()
+    second = coordinator.init_producer_id("other", 60_000)
+    assert second.producer_id == meta.producer_id + 1
+    assert [g[0] for g in slow.gets if g[0] == PRODUCER_IDS_KEY] == []
+    # An existing id with a fresh coordinator: the block read is spent, nothing reserved.
+    before = store.get(PRODUCER_IDS_KEY)
+    again = TransactionCoordinator(slow).init_producer_id("new", 60_000)
+    assert (again.producer_id, again.producer_epoch) == (meta.producer_id, 1)
+    assert store.get(PRODUCER_IDS_KEY).etag == before.etag
+
+
+def test_a_failed_or_stale_block_prefetch_falls_back_to_reading_and_racing(
+    store: LocalStore,
+) -> None:
+    """The prefetched block object is a first guess: a failed read is read again, and a
+    stale one loses its CAS and reserves the next block, never an id handed out before."""
+    allocator = ProducerIdAllocator(store)
+    first = allocator.allocate()
+    stale = ProducerIdAllocator(store)
+    prefetched = stale.prefetch()
+    assert prefetched is not None
+    prefetched.result()
+    taken = ProducerIdAllocator(store).allocate()  # another client reserves a block meanwhile
+    pid = stale.allocate(prefetched)
+    assert pid not in (first, taken) and pid // BLOCK != taken // BLOCK
+    failing: Future[StoredObject | None] = Future()
+    failing.set_exception(TransientStorageError("down"))
+    other = ProducerIdAllocator(store).allocate(failing)
+    assert len({first, taken, pid, other}) == 4
+    assert ProducerIdAllocator(store).prefetch() is not None
+    assert allocator.prefetch() is None  # ids left in its block: no read needed

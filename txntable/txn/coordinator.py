@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -48,7 +49,7 @@ from txntable.layout import (
 )
 from txntable.protocol.actions import loads_strict
 from txntable.protocol.append import PendingBatch, PendingMarker
-from txntable.storage.base import Store
+from txntable.storage.base import Store, StoredObject
 from txntable.storage.cas import load_object, put_cas
 from txntable.table import Table
 from txntable.util import now_ms, remaining_ms, shared_pool
@@ -312,23 +313,44 @@ class ProducerIdAllocator:
         self._end = 0
         self._lock = threading.Lock()
 
-    def allocate(self) -> int:
-        """A producer id never handed out before in this warehouse."""
+    def prefetch(self) -> Future[StoredObject | None] | None:
+        """If the next :meth:`allocate` must reserve a block, the read of its first shard's
+        object, started now (``None``: ids are left, or the read could not be started).
+        A caller that may need an id reads it beside its own read (InitProducerId of a new
+        transactional id: one round trip less); a stale read only loses its CAS."""
+        with self._lock:
+            if self._next < self._end:
+                return None
+        try:
+            return shared_pool("id-blocks", 1).submit(
+                load_object, self.store, producer_ids_key(self.first_shard)
+            )
+        except RuntimeError:  # the interpreter is shutting down
+            return None
+
+    def allocate(self, prefetched: Future[StoredObject | None] | None = None) -> int:
+        """A producer id never handed out before in this warehouse (``prefetched``: a
+        :meth:`prefetch` to use for the first attempt at a block, if one is needed)."""
         with self._lock:
             if self._next >= self._end:
-                self._next, self._end = self._reserve_block()
+                self._next, self._end = self._reserve_block(prefetched)
             pid = self._next
             self._next += 1
             return pid
 
-    def _reserve_block(self) -> tuple[int, int]:
+    def _reserve_block(
+        self, prefetched: Future[StoredObject | None] | None = None
+    ) -> tuple[int, int]:
         shard = self.first_shard
         full: set[int] = set()
         for _ in range(1000):
             key = producer_ids_key(shard)
             first = shard * PRODUCER_ID_SHARD_SPAN
             end = first + PRODUCER_ID_SHARD_SPAN
-            obj = load_object(self.store, key)
+            read, obj = _prefetched(prefetched if shard == self.first_shard else None)
+            prefetched = None
+            if not read:
+                obj = load_object(self.store, key)
             start = first if obj is None else self._parse(obj.data, key, first)
             if start + self.block_size > end:
                 full.add(shard)  # spent (2**40 ids): another shard
@@ -374,6 +396,19 @@ class ProducerIdAllocator:
         if not isinstance(start, int) or isinstance(start, bool) or not first <= start:
             raise CorruptLogError(f"invalid nextBlockStart {start!r}", key)
         return start
+
+
+def _prefetched(
+    read: Future[StoredObject | None] | None,
+) -> tuple[bool, StoredObject | None]:
+    """``(True, object or None if there is none)`` if a prefetch read it; ``(False, None)``
+    without one, or if it failed (the caller reads the object itself)."""
+    if read is None:
+        return False, None
+    try:
+        return True, read.result()
+    except (TransientStorageError, OSError):
+        return False, None
 
 
 class TransactionCoordinator:
@@ -586,20 +621,25 @@ class TransactionCoordinator:
         # The producer id a zombie may hold: the object's as first seen, even if completing
         # its transaction below rotates it.
         zombie_pid: int | None = None
+        # A new id needs a producer id: its block is read beside the id's object (a wasted
+        # read, in parallel, when the id exists; a round trip less when it does not).
+        block = self.allocator.prefetch()
         while True:
             loaded = self.load(transactional_id)
             try:
                 if loaded is None:
                     meta = TxnMetadata(
                         transactional_id,
-                        self.allocator.allocate(),
+                        self.allocator.allocate(block),
                         0,
                         TxnState.EMPTY,
                         timeout_ms,
                         last_update_timestamp=now_ms(),
                     )
+                    block = None
                     self.cas(meta, None)
                     return meta
+                block = None
                 meta, etag = loaded
                 if zombie_pid is None:
                     zombie_pid = meta.producer_id
