@@ -288,6 +288,11 @@ def _pending_from_json(obj: Any, path: str, transactional_id: str) -> PendingBat
     return PendingBatch(**values, transactional_id=transactional_id)
 
 
+#: Threads of the process's pool that read producer-id blocks ahead (producers starting
+#: together share it; a read still queued when its block is needed is read directly).
+ID_BLOCK_READERS = 4
+
+
 class ProducerIdAllocator:
     """Hands out producer ids from blocks reserved by CAS on one of the producer-id shards.
 
@@ -322,7 +327,7 @@ class ProducerIdAllocator:
             if self._next < self._end:
                 return None
         try:
-            return shared_pool("id-blocks", 1).submit(
+            return shared_pool("id-blocks", ID_BLOCK_READERS).submit(
                 load_object, self.store, producer_ids_key(self.first_shard)
             )
         except RuntimeError:  # the interpreter is shutting down
@@ -403,7 +408,7 @@ def _prefetched(
 ) -> tuple[bool, StoredObject | None]:
     """``(True, object or None if there is none)`` if a prefetch read it; ``(False, None)``
     without one, or if it failed (the caller reads the object itself)."""
-    if read is None:
+    if read is None or read.cancel():  # still queued behind other prefetches: read now
         return False, None
     try:
         return True, read.result()
