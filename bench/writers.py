@@ -341,13 +341,13 @@ def writer_loop(
                 txns.append(txn)
                 replaced = settle_failed(producer, txn, e, futures, reopen)
                 if replaced is not producer:
-                    add_counts(counts, group_commit_stats(producer, table))
+                    counts.update(group_commit_stats(producer, table))
                 producer = replaced
             seq += 1
         close_producer(producer, errors)
     except Exception as e:  # the producer could not be replaced: this writer stops here
         errors.append(f"writer stopped: {describe_error(e)}")
-    add_counts(counts, group_commit_stats(producer, table))
+    counts.update(group_commit_stats(producer, table))
     after = counter.snapshot()
     requests = {kind: after[kind] - before[kind] for kind in REQUEST_KINDS}
     return WriterResult(writer, transactional_id, txns, requests, errors, counts)
@@ -360,10 +360,6 @@ def group_commit_stats(producer: Producer, table: str) -> dict[str, int]:
     if handle is None or handle.group_commit is None:
         return {}
     return dict(handle.group_commit.stats)
-
-
-def add_counts(into: Counter[str], counts: dict[str, int]) -> None:
-    into.update(counts)
 
 
 # --- a worker process ----------------------------------------------------------------------

@@ -476,7 +476,7 @@ class TransactionManager:
         Raises:
             ProducerFencedError: A newer instance took over.
         """
-        if topic in self._tables:
+        if self.registered(topic):
             return
         tid, pid, epoch = self.transactional_id or "", self.producer_id, self.producer_epoch
         meta = self._retries.delivery(
