@@ -89,6 +89,7 @@ class LocalStore(Store):
     def __init__(self, root: str, lock_timeout_s: float = 10.0) -> None:
         self.root = os.path.abspath(root)
         self.lock_timeout_s = lock_timeout_s
+        self._resolved_root: str | None = None
         self.url = "file://" + self.root
         # The directory is created by the first write, never by opening: a read-only client
         # (or a typo) leaves no trace. A file where a directory belongs is refused now
@@ -112,8 +113,18 @@ class LocalStore(Store):
 
     def _check_inside(self, key: str, path: str) -> None:
         # validate_key already rejects "..", this guards against symlinked escapes too.
-        if not os.path.realpath(path).startswith(os.path.realpath(self.root) + os.sep):
+        if not os.path.realpath(path).startswith(self._real_root()):
             raise ObjectNotFoundError(key)
+
+    def _real_root(self) -> str:
+        """The root's resolved path and a separator; resolved once the root exists (every
+        request checks against it: resolving is a system call per path component)."""
+        real = self._resolved_root
+        if real is None:
+            real = os.path.realpath(self.root) + os.sep
+            if os.path.isdir(self.root):
+                self._resolved_root = real
+        return real
 
     def _write_tmp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)
