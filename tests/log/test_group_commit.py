@@ -23,7 +23,7 @@ import pytest
 from tableutil import write_batch
 
 from txntable import Producer, Warehouse
-from txntable.errors import InvalidProducerEpochError
+from txntable.errors import InvalidProducerEpochError, KafkaTimeoutError
 from txntable.layout import intent_key, intents_prefix, outcomes_key
 from txntable.log import group_commit
 from txntable.log.group_commit import (
@@ -715,3 +715,30 @@ def test_a_helper_whose_intent_the_winning_round_decided_stops(root: Path) -> No
     snap = wh.table("t").snapshot()
     assert snap.version == 1 and mine.id in snap.intents
     assert later.id not in snap.intents  # left to its own writer (or the committer)
+
+
+def test_a_waiting_writer_gives_a_slow_committer_a_few_of_its_usual_gaps(root: Path) -> None:
+    """Nothing moving for help_ms means a dead committer only when rounds come faster than
+    that: with versions seconds apart (W=256 on two cores), every waiting writer read the
+    log and listed the intents each help_ms. A writer waits help_ms or three of the usual
+    gaps between versions, whichever is longer (at most half a lease), then helps."""
+    cfg = replace(FAST, lease_ms=10_000)  # help_ms 150
+    wh = warehouse(root, cfg=cfg)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that decides nothing
+    gc._seen = gc.lease.read()
+    mine = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    wh.store.put(intent_key("t", mine.created_ms, mine.id, mine.key_payload()), mine.to_json())
+    gc._gap_s = 0.4  # versions came 400 ms apart: patience 1.2 s
+    with pytest.raises(KafkaTimeoutError):
+        gc._await(mine, time.monotonic() + 0.8)
+    assert gc.stats["helps"] == 0
+    gc._gap_s = 0.02  # versions 20 ms apart (W=16): help_ms, as before
+    started = time.monotonic()
+    error, _, result, version = gc._await(mine, time.monotonic() + 10)
+    assert (error, version, result.base_offsets) == (None, 1, [0])
+    assert gc.stats["helps"] == 1 and time.monotonic() - started < 1.1
+    gc._gap_s = 100.0  # never more than half a lease
+    assert gc._patience() == 5.0

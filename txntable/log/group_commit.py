@@ -141,6 +141,9 @@ FOLLOWER_LOOKS_PER_DECISION = 8
 #: reads the lease once: a committer that stepped down (closed, or idle) or whose lease
 #: lapsed is replaced then, not after help_ms.
 STALL_LEASE_LOOK = 3
+#: A waiting writer helps when nothing moved for help_ms or this many of the usual gaps
+#: between versions, whichever is longer (see GroupCommit._patience).
+PATIENCE_GAPS = 3
 #: Of the waiting writers that would help a live committer at the same moment, about this
 #: many do (each with probability HELPERS_AT_ONCE / the intents listed).
 HELPERS_AT_ONCE = 4
@@ -412,6 +415,9 @@ class GroupCommit:
         self._tip_hint = -1
         #: How long deciding this handle's last intents took (a moving average, seconds).
         self._decide_s = 0.0
+        #: The time between log versions as this handle's waits saw the record move (a
+        #: moving average, seconds).
+        self._gap_s = 0.0
         #: The outcome record as last read, its parse (``None``: not parsed, it did not name
         #: the intent looked for) and its newest version (followers look often).
         self._seen_record: tuple[bytes, dict[int, dict[str, list[Any]]] | None, int] = (
@@ -1113,7 +1119,8 @@ class GroupCommit:
         # Help when nothing moves for help_ms (the committer is gone), or after a long wait
         # however busy the committer looks (it may not see the intent); a slow committer
         # is not helped: helping adds work where time is short.
-        help_at = started + help_s * random.uniform(1, 1.5)
+        help_at = started + self._patience() * random.uniform(1, 1.5)
+        moved_at: float | None = None
         # Look about when a decision is due, then a few times per expected wait: each look
         # is a request (and many waiting writers' looks are CPU a busy committer lacks).
         poll = min(
@@ -1132,12 +1139,19 @@ class GroupCommit:
                 self._learned(started)
                 return found
             if tip > record_tip:
+                now = time.monotonic()
+                if record_tip >= 0 and moved_at is not None:
+                    # A stall (a committer killed or paused) raises it too, until the next few
+                    # gaps: where versions come often, that is a fraction of a second.
+                    gap = (now - moved_at) / (tip - record_tip)
+                    self._gap_s = 0.7 * self._gap_s + 0.3 * gap
+                moved_at = now
                 misses += record_tip >= 0
                 record_tip = tip
                 # Rounds are being committed: a slow committer is not helped (helping adds
                 # work where time is short, and each helper reads every pending intent).
-                help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
-                look_at = time.monotonic() + stall_s
+                help_at = now + self._patience() * random.uniform(1, 1.5)
+                look_at = now + stall_s
             elif look_at is not None and time.monotonic() >= look_at:
                 look_at = None
                 if self._committer_gone():
@@ -1165,6 +1179,14 @@ class GroupCommit:
                     continue
             self._check_deadline(deadline)
             time.sleep(poll)
+
+    def _patience(self) -> float:
+        """How long nothing may move before a waiting writer reads the log and helps:
+        help_ms, or a few of the usual gaps between versions when rounds come slower than
+        that (at W=256 they took seconds, and every waiting writer read the versions it
+        missed and listed the intents at each), at most half a lease."""
+        help_s = self.cfg.help_ms / 1000
+        return max(help_s, min(PATIENCE_GAPS * self._gap_s, self.cfg.lease_ms / 2000))
 
     def _committer_gone(self) -> bool:
         """Whether no live lease names a committer (released, lapsed or never taken); an
