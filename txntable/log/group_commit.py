@@ -1190,7 +1190,7 @@ class GroupCommit:
 
     def _committer_gone(self) -> bool:
         """Whether no live lease names a committer (released, lapsed or never taken); an
-        unreadable lease is not taken for gone (the writer waits for help_ms as before)."""
+        unreadable lease is not taken for gone (the writer waits out its patience as before)."""
         self.stats["stall_looks"] += 1
         read, current = self._read_lease_hint()
         return read and (current is None or not current.live(now_ms()))
