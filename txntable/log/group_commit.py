@@ -24,9 +24,10 @@ commits (the spec's "Group commit"):
   (``<root>/_commit/outcomes.json``, a hint: the outcomes and offsets of its last rounds,
   so a follower needs one read however many versions went by), and the log itself when the
   record does not tell. A record that stands still makes it read the lease once (a
-  committer that stepped down is replaced at once); if nothing decides it within
-  ``help_ms`` it commits a round itself (taking the lease if it lapsed): a dead committer
-  costs latency, never progress. A committer that closes decides what it lists then.
+  committer that stepped down is replaced at once); if nothing moves for ``help_ms`` (or a
+  few of the usual gaps between versions, if longer) it commits a round itself (taking the
+  lease if it lapsed): a dead committer costs latency, never progress. A committer that
+  closes decides what it lists then.
 
 Safety rests on put-if-absent alone: a zombie committer's version is a valid serialisation
 of the intents it read, or it loses the put; the lease and the outcome record only decide
@@ -1116,7 +1117,7 @@ class GroupCommit:
         """
         started = time.monotonic()
         help_s = self.cfg.help_ms / 1000
-        # Help when nothing moves for help_ms (the committer is gone), or after a long wait
+        # Help when nothing moves for the patience (the committer is gone), or after a long wait
         # however busy the committer looks (it may not see the intent); a slow committer
         # is not helped: helping adds work where time is short.
         help_at = started + self._patience() * random.uniform(1, 1.5)
@@ -1175,7 +1176,7 @@ class GroupCommit:
                 misses = 0
                 if overlooked or time.monotonic() >= help_at:
                     self._help(intent, overlooked)
-                    help_at = time.monotonic() + help_s * random.uniform(1, 1.5)
+                    help_at = time.monotonic() + self._patience() * random.uniform(1, 1.5)
                     continue
             self._check_deadline(deadline)
             time.sleep(poll)
