@@ -26,8 +26,9 @@ commits (the spec's "Group commit"):
   record does not tell. A record that stands still makes it read the lease once (a
   committer that stepped down is replaced at once); if nothing moves for ``help_ms`` (or a
   few of the usual gaps between versions, if longer) it commits a round itself (taking the
-  lease if it lapsed): a dead committer costs latency, never progress. A committer that
-  closes decides what it lists then.
+  lease if it lapsed; when many wait, about ``HELPERS_AT_ONCE`` of them do, and the others
+  read the log only every few such waits): a dead committer costs latency, never progress.
+  A committer that closes decides what it lists then.
 
 Safety rests on put-if-absent alone: a zombie committer's version is a valid serialisation
 of the intents it read, or it loses the put; the lease and the outcome record only decide
@@ -148,6 +149,9 @@ PATIENCE_GAPS = 3
 #: Of the waiting writers that would help a live committer at the same moment, about this
 #: many do (each with probability HELPERS_AT_ONCE / the intents listed).
 HELPERS_AT_ONCE = 4
+#: A waiting writer that left the round to others reads the log at every this many such
+#: stalls (the helpers read it each time): an outcome whose record was lost is only there.
+LOOK_EVERY_SKIPS = 3
 
 Build = Callable[[TableSnapshot], CommitPlan[Any]]
 R = TypeVar("R")
@@ -1130,6 +1134,7 @@ class GroupCommit:
         time.sleep(min(self._decide_s * FOLLOWER_FIRST_LOOK, help_s / 2))
         record_tip = -1
         misses = 0
+        skipped = 0
         # Once per stall (the record standing still for a few usual waits): is there still
         # a committer? One that stepped down is replaced now, not after help_ms.
         stall_s = min(max(STALL_LEASE_LOOK * self._decide_s, help_s / 4), help_s * 0.9)
@@ -1158,6 +1163,28 @@ class GroupCommit:
                 if self._committer_gone():
                     help_at = time.monotonic()
             if misses >= RECORD_MISSES or time.monotonic() >= help_at:
+                overlooked = misses >= RECORD_MISSES
+                misses = 0
+                keys: list[str] | None = None
+                helping = True
+                if not overlooked:
+                    help_at = time.monotonic() + self._patience() * random.uniform(1, 1.5)
+                    if self._take_lapsed_lease():
+                        self._check_deadline(deadline)
+                        time.sleep(poll)
+                        continue  # its committer runs the rounds now
+                    # Nothing moves: most waiting writers leave the round to a few, and
+                    # most of those do not read the log either (at W=256 the stalled
+                    # writers' catch-ups were a fifth of all the log reads); every few
+                    # stalls each reads it, as a round whose record was lost is only there.
+                    keys = self._volunteer()
+                    if keys is None:
+                        skipped += 1
+                        if skipped % LOOK_EVERY_SKIPS:
+                            self._check_deadline(deadline)
+                            time.sleep(poll)
+                            continue
+                        helping = False
                 # The record moved on without it (or nothing moves): the log decides.
                 with self.table._lock:
                     snap = self.table.caught_up(max(record_tip, self._tip_hint))
@@ -1170,12 +1197,10 @@ class GroupCommit:
                 if outcome is not None:
                     self._learned(started)
                     return self._from_log(intent, outcome)
-                # Rounds went by without it although they take every listed intent: the
-                # committer does not see it (or nothing moves): commit a round with it.
-                overlooked = misses >= RECORD_MISSES
-                misses = 0
-                if overlooked or time.monotonic() >= help_at:
-                    self._help(intent, overlooked)
+                if helping:
+                    # Rounds went by without it although they take every listed intent: the
+                    # committer does not see it (or nothing moves): commit a round with it.
+                    self._help(intent, keys)
                     help_at = time.monotonic() + self._patience() * random.uniform(1, 1.5)
                     continue
             self._check_deadline(deadline)
@@ -1264,33 +1289,44 @@ class GroupCommit:
                             return o
         return None
 
-    def _help(self, intent: Intent, overlooked: bool = False) -> None:
-        """The committer is late: take the lease if it lapsed, else commit one round
-        (``overlooked``: rounds went by without the intent, which a round of its own fixes;
-        else nothing moved, which every waiting writer sees at about the same time)."""
-        current = self.lease.read()
-        if current is None or not current.live(now_ms()):
-            held = self.lease.take(current)
-            if held is not None:
-                self.stats["helps"] += 1
-                self._start_committer(held)
-                return
-            current = self.lease.read()
-        self._seen = current
+    def _volunteer(self) -> list[str] | None:
+        """Nothing moved for the patience (and a live committer holds the lease): the listed
+        intents' keys if this writer commits the next round itself, ``None`` if it leaves
+        the round to others."""
         keys = self._list_keys()
         waiting = len(keys)
-        if (
-            not overlooked
-            and waiting > HELPERS_AT_ONCE
-            and random.random() * waiting >= HELPERS_AT_ONCE
-        ):
+        if waiting > HELPERS_AT_ONCE and random.random() * waiting >= HELPERS_AT_ONCE:
             # Many writers wait, and all saw nothing move at about the same time: a round
             # decides every listed intent, so about HELPERS_AT_ONCE of them help (at W=256
             # every writer helped at start-up, and 256 rounds raced for each version). The
             # intents are decoded only by those that help (at W=256 decoding every listed
             # key was 12% of the writers' CPU).
             self.stats["helps_skipped"] += 1
-            return
+            return None
+        return keys
+
+    def _take_lapsed_lease(self) -> bool:
+        """Whether this writer took over a lapsed (or released) lease and started its
+        committer; else it follows the lease it read."""
+        current = self.lease.read()
+        if current is None or not current.live(now_ms()):
+            held = self.lease.take(current)
+            if held is not None:
+                self.stats["helps"] += 1
+                self._start_committer(held)
+                return True
+            current = self.lease.read()
+        self._seen = current
+        return False
+
+    def _help(self, intent: Intent, keys: list[str] | None = None) -> None:
+        """Commit one round with ``intent``: on ``keys`` when a stall made this writer
+        volunteer; else rounds went by without the intent (the committer does not see it),
+        which a round of its own fixes, unless the lease lapsed (then it is taken over)."""
+        if keys is None:
+            if self._take_lapsed_lease():
+                return
+            keys = self._list_keys()
         self.stats["helps"] += 1
         done: Future[_Listing] = Future()
         done.set_result(self._list_intents(keys))
