@@ -795,6 +795,7 @@ def test_a_waiting_writer_that_leaves_the_round_to_others_reads_the_log_every_fe
     ogc = other.group_commit
     assert ogc is not None
     ogc._help(intents[0], ogc._list_keys())
+    assert _eventually(lambda: wh.store.exists(outcomes_key("t")))  # written in the background
     wh.store.delete(outcomes_key("t"))
     put_intents(10)  # others wait: still more listed than help at once
     monkeypatch.setattr(group_commit, "LOOK_EVERY_SKIPS", 3)
@@ -803,3 +804,45 @@ def test_a_waiting_writer_that_leaves_the_round_to_others_reads_the_log_every_fe
     assert (error, version, result.base_offsets) == (None, 4, [1])
     assert gc.stats["helps"] == 0 and gc.stats["helps_skipped"] == skipped + 3
     assert log_reads != []
+
+
+def test_where_rounds_come_seconds_apart_a_waiting_writer_looks_less_often(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At W=256 a decision took seconds and a waiting writer looked at the outcome record
+    every help_ms / 2 from the start: ten reads per transaction. Its looks now come up to
+    half a patience apart (a few of the usual gaps between versions), from the first."""
+    cfg = replace(FAST, lease_ms=10_000)  # help_ms 150
+    store = LatencyStore(LocalStore(str(root)), 2)
+    wh = Warehouse(store=store, group_commit=cfg)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that decides nothing
+    gc._seen = gc.lease.read()
+    mine = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    wh.store.put(intent_key("t", mine.created_ms, mine.id, mine.key_payload()), mine.to_json())
+    looks: list[float] = []
+    get = store.get
+
+    def get_timed(key: str) -> StoredObject:
+        if key == outcomes_key("t"):
+            looks.append(time.monotonic())
+        return get(key)
+
+    monkeypatch.setattr(store, "get", get_timed)
+
+    def looks_within(seconds: float) -> list[float]:
+        looks.clear()
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            gc._await(mine, started + seconds)
+        return [t - started for t in looks]
+
+    gc._gap_s, gc._decide_s = 0.8, 2.7  # rounds 0.8 s apart: patience 2.4 s
+    seen = looks_within(2.0)
+    assert 1.1 < seen[0] < 1.5  # half a patience, not help_ms / 2
+    assert len(seen) <= 4  # then every decide_s / 8 (0.34 s): was 8 in 2 s
+    gc._gap_s, gc._decide_s = 0.02, 0.1  # W=16: as before (patience help_ms, 0.15 s)
+    seen = looks_within(0.12)
+    assert 0.06 < seen[0] < 0.1 and len(seen) >= 3  # at 0.7 decide_s, then every 12.5 ms
