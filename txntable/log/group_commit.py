@@ -129,7 +129,7 @@ OUTCOME_RECORD_VERSIONS = 16
 #: times without its intent (it may miss one round by listing late).
 RECORD_MISSES = 3
 #: The learned time to a decision is capped at this many help_ms (it spaces a follower's
-#: looks at the outcome record; the looks stay at most help_ms / 2 apart).
+#: looks at the outcome record; the looks stay at most half a patience apart).
 DECIDE_S_MAX_HELPS = 10
 #: A follower's first look at the outcome record comes after this share of the time its
 #: last decisions took, the next ones every 1/FOLLOWER_LOOKS_PER_DECISION of it: the record
@@ -1124,14 +1124,18 @@ class GroupCommit:
         # Help when nothing moves for the patience (the committer is gone), or after a long wait
         # however busy the committer looks (it may not see the intent); a slow committer
         # is not helped: helping adds work where time is short.
-        help_at = started + self._patience() * random.uniform(1, 1.5)
+        patience = self._patience()
+        help_at = started + patience * random.uniform(1, 1.5)
         moved_at: float | None = None
         # Look about when a decision is due, then a few times per expected wait: each look
         # is a request (and many waiting writers' looks are CPU a busy committer lacks).
+        # At most half a patience apart, so that a stall is seen in time (where rounds come
+        # seconds apart, W=256, looks every help_ms / 2 were ten reads per transaction).
         poll = min(
-            max(self.cfg.poll_ms / 1000, self._decide_s / FOLLOWER_LOOKS_PER_DECISION), help_s / 2
+            max(self.cfg.poll_ms / 1000, self._decide_s / FOLLOWER_LOOKS_PER_DECISION),
+            patience / 2,
         )
-        time.sleep(min(self._decide_s * FOLLOWER_FIRST_LOOK, help_s / 2))
+        time.sleep(min(self._decide_s * FOLLOWER_FIRST_LOOK, patience / 2))
         record_tip = -1
         misses = 0
         skipped = 0
@@ -1222,7 +1226,7 @@ class GroupCommit:
         return read and (current is None or not current.live(now_ms()))
 
     def _learned(self, started: float) -> None:
-        # Capped: the first look comes at most help_ms / 2 after the intent anyway.
+        # Capped: the first look comes at most half a patience after the intent anyway.
         took = min(time.monotonic() - started, DECIDE_S_MAX_HELPS * self.cfg.help_ms / 1000)
         self._decide_s = 0.7 * self._decide_s + 0.3 * took
 
