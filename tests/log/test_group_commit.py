@@ -488,6 +488,19 @@ def _segment(
     return PendingBatch(partition, path, 1, len(data), pid, epoch, seq, False, 1, 1)
 
 
+def _behind_a_silent_committer(wh: Warehouse) -> tuple[group_commit.GroupCommit, Intent]:
+    """A handle of ``t`` that follows a live lease whose holder decides nothing, and an
+    intent of its own written and waiting."""
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    Lease(table, "dead" * 8, 60_000).take(None)
+    gc._seen = gc.lease.read()
+    mine = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    wh.store.put(intent_key("t", mine.created_ms, mine.id, mine.key_payload()), mine.to_json())
+    return gc, mine
+
+
 def _eventually(condition: Callable[[], bool], seconds: float = 5) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -725,14 +738,7 @@ def test_a_waiting_writer_gives_a_slow_committer_a_few_of_its_usual_gaps(root: P
     log and listed the intents each help_ms. A writer waits help_ms or three of the usual
     gaps between versions, whichever is longer (at most half a lease), then helps."""
     cfg = replace(FAST, lease_ms=10_000)  # help_ms 150
-    wh = warehouse(root, cfg=cfg)
-    table = wh.table("t")
-    gc = table.group_commit
-    assert gc is not None
-    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that decides nothing
-    gc._seen = gc.lease.read()
-    mine = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
-    wh.store.put(intent_key("t", mine.created_ms, mine.id, mine.key_payload()), mine.to_json())
+    gc, mine = _behind_a_silent_committer(warehouse(root, cfg=cfg))
     gc._gap_s = 0.4  # versions came 400 ms apart: patience 1.2 s
     with pytest.raises(KafkaTimeoutError):
         gc._await(mine, time.monotonic() + 0.8)
@@ -814,14 +820,7 @@ def test_where_rounds_come_seconds_apart_a_waiting_writer_looks_less_often(
     half a patience apart (a few of the usual gaps between versions), from the first."""
     cfg = replace(FAST, lease_ms=10_000)  # help_ms 150
     store = LatencyStore(LocalStore(str(root)), 2)
-    wh = Warehouse(store=store, group_commit=cfg)
-    table = wh.table("t")
-    gc = table.group_commit
-    assert gc is not None
-    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that decides nothing
-    gc._seen = gc.lease.read()
-    mine = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
-    wh.store.put(intent_key("t", mine.created_ms, mine.id, mine.key_payload()), mine.to_json())
+    gc, mine = _behind_a_silent_committer(Warehouse(store=store, group_commit=cfg))
     looks: list[float] = []
     get = store.get
 
