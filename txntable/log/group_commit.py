@@ -1170,37 +1170,34 @@ class GroupCommit:
                 overlooked = misses >= RECORD_MISSES
                 misses = 0
                 keys: list[str] | None = None
-                helping = True
+                helping = reading = True
                 if not overlooked:
                     help_at = time.monotonic() + self._patience() * random.uniform(1, 1.5)
                     if self._take_lapsed_lease():
-                        self._check_deadline(deadline)
-                        time.sleep(poll)
-                        continue  # its committer runs the rounds now
-                    # Nothing moves: most waiting writers leave the round to a few, and
-                    # most of those do not read the log either (at W=256 the stalled
-                    # writers' catch-ups were a fifth of all the log reads); every few
-                    # stalls each reads it, as a round whose record was lost is only there.
-                    keys = self._volunteer()
-                    if keys is None:
-                        skipped += 1
-                        if skipped % LOOK_EVERY_SKIPS:
-                            self._check_deadline(deadline)
-                            time.sleep(poll)
-                            continue
-                        helping = False
-                # The record moved on without it (or nothing moves): the log decides.
-                with self.table._lock:
-                    snap = self.table.caught_up(max(record_tip, self._tip_hint))
-                    outcome = snap.intents.get(intent.id)
-                    past = snap.version > intent.base_version + INTENT_WINDOW_VERSIONS
-                if outcome is None and past:
-                    outcome = self._scan_for(intent)
-                    if outcome is None:
-                        return None
-                if outcome is not None:
-                    self._learned(started)
-                    return self._from_log(intent, outcome)
+                        helping = reading = False  # its committer runs the rounds now
+                    else:
+                        # Nothing moves: most waiting writers leave the round to a few, and
+                        # most of those do not read the log either (at W=256 the stalled
+                        # writers' catch-ups were a fifth of all the log reads); every few
+                        # stalls each reads it, as a round whose record was lost is only there.
+                        keys = self._volunteer()
+                        if keys is None:
+                            skipped += 1
+                            helping = False
+                            reading = skipped % LOOK_EVERY_SKIPS == 0
+                if reading:
+                    # The record moved on without it (or nothing moves): the log decides.
+                    with self.table._lock:
+                        snap = self.table.caught_up(max(record_tip, self._tip_hint))
+                        outcome = snap.intents.get(intent.id)
+                        past = snap.version > intent.base_version + INTENT_WINDOW_VERSIONS
+                    if outcome is None and past:
+                        outcome = self._scan_for(intent)
+                        if outcome is None:
+                            return None
+                    if outcome is not None:
+                        self._learned(started)
+                        return self._from_log(intent, outcome)
                 if helping:
                     # Rounds went by without it although they take every listed intent: the
                     # committer does not see it (or nothing moves): commit a round with it.
