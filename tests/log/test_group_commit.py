@@ -759,54 +759,47 @@ def test_a_waiting_writer_that_leaves_the_round_to_others_reads_the_log_every_fe
     missed before drawing whether to help; most then did not help, and those catch-ups were
     a fifth of all the log reads. The helpers read the log; the others only every
     LOOK_EVERY_SKIPS stalls, which still finds an outcome whose record was lost."""
-    counting = CountingStore(LatencyStore(LocalStore(str(root)), 2))
-    wh = Warehouse(store=counting, group_commit=FAST)
-    table = wh.table("t")
-    gc = table.group_commit
-    assert gc is not None
+    store = LatencyStore(LocalStore(str(root)), 2)
+    wh = Warehouse(store=store, group_commit=FAST)
     owh = Warehouse(store=LocalStore(str(root)), group_commit=FAST)
     other = owh.table("t")
-    for i in range(3):  # versions this handle has not read
+    for i in range(3):  # versions the waiting handle has not read
         other.append([_segment(owh, other, i % PARTITIONS)])
+    gc, mine = _behind_a_silent_committer(wh)  # its intent on partition 0, after 1 record
+    table = wh.table("t")
 
-    def put_intents(n: int) -> list[Intent]:
-        out = [
-            Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, i % PARTITIONS),)),
-                   None, now_ms())
-            for i in range(n)
-        ]
-        for it in out:
+    def put_intents(n: int) -> None:  # other writers' intents, waiting
+        for i in range(n):
+            it = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, i % PARTITIONS),)),
+                        None, now_ms())
             wh.store.put(intent_key("t", it.created_ms, it.id, it.key_payload()), it.to_json())
-        return out
 
-    intents = put_intents(10)
-    Lease(table, "dead" * 8, 60_000).take(None)  # a live committer that decides nothing
-    gc._seen = gc.lease.read()
+    put_intents(9)
     log_reads: list[str] = []
-    get = counting.get
+    get = store.get
 
     def get_logging(key: str) -> StoredObject:
         if "/_log/" in key and key.rsplit("/", 1)[-1][0].isdigit():
             log_reads.append(key)
         return get(key)
 
-    monkeypatch.setattr(counting, "get", get_logging)
+    monkeypatch.setattr(store, "get", get_logging)
     monkeypatch.setattr(group_commit.random, "random", lambda: 0.5)  # 0.5 * 10 >= 4: skip
     monkeypatch.setattr(group_commit, "LOOK_EVERY_SKIPS", 1000)
     with pytest.raises(KafkaTimeoutError):
-        gc._await(intents[0], time.monotonic() + 1.0)
+        gc._await(mine, time.monotonic() + 1.0)
     assert gc.stats["helps_skipped"] >= 2 and gc.stats["helps"] == 0
     assert log_reads == []
     # Another writer decides every intent at version 4, and its outcome record is lost.
     ogc = other.group_commit
     assert ogc is not None
-    ogc._help(intents[0], ogc._list_keys())
+    ogc._help(mine, ogc._list_keys())
     assert _eventually(lambda: wh.store.exists(outcomes_key("t")))  # written in the background
     wh.store.delete(outcomes_key("t"))
     put_intents(10)  # others wait: still more listed than help at once
     monkeypatch.setattr(group_commit, "LOOK_EVERY_SKIPS", 3)
     skipped = gc.stats["helps_skipped"]
-    error, _, result, version = gc._await(intents[0], time.monotonic() + 10)
+    error, _, result, version = gc._await(mine, time.monotonic() + 10)
     assert (error, version, result.base_offsets) == (None, 4, [1])
     assert gc.stats["helps"] == 0 and gc.stats["helps_skipped"] == skipped + 3
     assert log_reads != []
