@@ -403,6 +403,7 @@ def _quick(
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(CI_TIMEOUT_S)
 def test_ci_sized_run_local_disk(tmp_path: Path) -> None:
     """The issue's CI-sized run: hundreds of transactions under every fault kind, no anomaly.
@@ -452,6 +453,7 @@ def _many_writers(summary: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(MW_TIMEOUT_S)
 def test_many_writers_local_disk(tmp_path: Path) -> None:
     """16 writers under the committer's SIGKILL and SIGSTOP past its lease, writers killed
@@ -474,6 +476,7 @@ def test_many_writers_local_disk(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.s3
+@pytest.mark.alone
 @pytest.mark.timeout(MW_TIMEOUT_S)
 def test_many_writers_moto_s3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same on S3, and the suite's run of the whole workload on S3: a moto server in a

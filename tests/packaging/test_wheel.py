@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# alone: the fixture builds and installs a wheel, the last test starts three JVMs.
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ from sparkutil import TableWriter, rec
 
 from txntable.warehouse import Warehouse
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.alone]
 
 MIRROR = Path(__file__).parent / "helpers" / "stream_mirror.py"
 RUN_TIMEOUT = 240.0
