@@ -132,6 +132,17 @@ class Slot:
         return journal_name(self.role, self.index, self.inc)
 
 
+@dataclass
+class Committer:
+    """A worker process whose group-commit handle holds the hot table's live lease."""
+
+    slot: Slot
+    proc: subprocess.Popen[bytes]
+    #: One of the slot's zombies (a paused-then-resumed predecessor): its committer thread
+    #: runs rounds for the other writers until the process exits, and nothing restarts it.
+    zombie: bool
+
+
 class Driver:
     def __init__(self, cfg: HarnessConfig) -> None:
         self.cfg = cfg
@@ -276,18 +287,18 @@ class Driver:
         self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
         self.restart(slot)
 
-    def committer(self, wait_s: float = 0.0) -> Slot | None:
+    def committer(self, wait_s: float = 0.0) -> Committer | None:
         """The worker whose group-commit handle holds a live lease on the hot table: the
         lease names a handle, the workers' journals name the process that opened it.
         Looked for up to ``wait_s``: between rounds of solo writers no lease is live."""
         end = time.monotonic() + wait_s
         while True:
-            slot = self._live_committer()
-            if slot is not None or time.monotonic() >= end:
-                return slot
+            found = self._live_committer()
+            if found is not None or time.monotonic() >= end:
+                return found
             time.sleep(0.1)
 
-    def _live_committer(self) -> Slot | None:
+    def _live_committer(self) -> Committer | None:
         try:
             lease = json.loads(self.store.get(lease_key(HOT_TABLE)).data)
         except (TxnTableError, ValueError):
@@ -297,30 +308,46 @@ class Driver:
         journal = self.reader.feed().committers.get(lease.get("owner", ""))
         for slot in self.slots:
             if slot.journal == journal and slot.proc is not None and slot.proc.poll() is None:
-                return slot
+                return Committer(slot, slot.proc, zombie=False)
+            for inc, proc in slot.zombies:
+                # A zombie can keep the lease for the rest of the run (it renews it while
+                # rounds come): not looking at zombies missed every committer fault then.
+                if journal_name(slot.role, slot.index, inc) == journal and proc.poll() is None:
+                    return Committer(slot, proc, zombie=True)
         return None
+
+    def kill_committer(self, committer: Committer, kind: str) -> None:
+        """SIGKILL the committer's process: a slot's is restarted, a zombie's is not."""
+        if not committer.zombie:
+            self.kill(committer.slot, kind)
+            return
+        committer.proc.send_signal(signal.SIGKILL)
+        committer.proc.wait()
+        slot = committer.slot
+        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index, zombie=True)
 
     def committer_fault(self, kind: str, past_lease: float) -> None:
         """SIGKILL the committer's process (and restart it), or SIGSTOP it for longer than
         its lease (a zombie committer: another takes over; it resumes where it stopped)."""
-        slot = self.committer(wait_s=COMMITTER_WAIT_S)
-        if slot is None:
+        committer = self.committer(wait_s=COMMITTER_WAIT_S)
+        if committer is None:
             self.note(e="committer_fault_missed", kind=kind)
             return
-        assert slot.proc is not None
         if kind == "kill_committer":
-            self.kill(slot, kind)
+            self.kill_committer(committer, kind)
             return
         lease_ms = (self.cfg.group_commit or {}).get("lease_ms", COMMIT_LEASE_MS_DEFAULT)
-        paused = slot.proc
+        paused = committer.proc
         paused.send_signal(signal.SIGSTOP)
-        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
+        self.note(
+            e="driver_fault", kind=kind, role=committer.slot.role, slot=committer.slot.index
+        )
         time.sleep(lease_ms / 1000 * past_lease)
         # Past the lease a follower helped and took it: kill that helper too, mid-round,
         # before the zombie resumes.
         helper = self.committer()
-        if helper is not None and helper is not slot:
-            self.kill(helper, "kill_helper")
+        if helper is not None and helper.proc is not paused:
+            self.kill_committer(helper, "kill_helper")
         paused.send_signal(signal.SIGCONT)
 
     def supervise(self) -> None:

@@ -14,7 +14,11 @@ import copy
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +37,17 @@ from eo_checker import (
     Zombie,
     check,
 )
-from eo_driver import FAULT_KINDS, MANY_WRITER_FAULTS, Driver, HarnessConfig, run
+from eo_driver import (
+    FAULT_KINDS,
+    HOT_TABLE,
+    MANY_WRITER_FAULTS,
+    Driver,
+    HarnessConfig,
+    Slot,
+    run,
+)
+
+from txntable.layout import lease_key
 
 # --- planted anomalies ----------------------------------------------------------------------
 
@@ -339,6 +353,37 @@ def test_past_its_duration_the_driver_draws_only_the_faults_it_still_waits_for(
         driver.fault()
     driver.driver_journal.close()
     assert drawn == ["pause_committer"] * 30
+
+
+def test_a_zombie_that_holds_the_lease_is_the_committer_a_fault_kills(tmp_path: Path) -> None:
+    """A zombie (a paused-then-resumed predecessor) whose handle holds the hot table's live
+    lease is the committer: kill_committer SIGKILLs it and restarts nothing. Before, the
+    driver looked only at the slots' current processes, missed every committer fault while
+    a zombie kept the lease, and the run lasted until its cap (a CI run, 240 s)."""
+    driver = Driver(HarnessConfig(url=str(tmp_path / "wh"), workdir=tmp_path, writer_procs=1))
+    lease = {"owner": "h1", "epoch": 3, "expiresMs": int(time.time() * 1000) + 60_000}
+    driver.store.put(lease_key(HOT_TABLE), json.dumps(lease).encode())
+    (tmp_path / "journals" / "mw-0-0.jsonl").write_text(
+        json.dumps({"e": "gc", "id": "h1", "t": HOT_TABLE, "ts": 1.0}) + "\n"
+    )
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    current, zombie = subprocess.Popen(sleep), subprocess.Popen(sleep)
+    slot = Slot("mw", 0, proc=current, inc=1, zombies=[(0, zombie)])
+    driver.slots = [slot]
+    try:
+        found = driver.committer()
+        assert found is not None and found.proc is zombie and found.zombie
+        driver.committer_fault("kill_committer", past_lease=1.5)
+        assert zombie.wait(timeout=10) == -signal.SIGKILL
+        assert current.poll() is None and slot.proc is current and slot.inc == 1
+        assert driver.committer() is None  # the lease names a process that is gone
+    finally:
+        driver.driver_journal.close()
+        for proc in (current, zombie):
+            proc.kill()
+            proc.wait()
+    faults = [json.loads(line) for line in (tmp_path / "journals" / "driver.jsonl").open()]
+    assert [(f["e"], f["kind"]) for f in faults] == [("driver_fault", "kill_committer")]
 
 
 def harness_seed() -> int:
