@@ -138,9 +138,13 @@ class Committer:
 
     slot: Slot
     proc: subprocess.Popen[bytes]
-    #: One of the slot's zombies (a paused-then-resumed predecessor): its committer thread
-    #: runs rounds for the other writers until the process exits, and nothing restarts it.
-    zombie: bool
+
+    @property
+    def zombie(self) -> bool:
+        """One of the slot's zombies (a paused-then-resumed predecessor): its committer
+        thread runs rounds for the other writers until the process exits, and nothing
+        restarts it."""
+        return self.proc is not self.slot.proc
 
 
 class Driver:
@@ -308,12 +312,12 @@ class Driver:
         journal = self.reader.feed().committers.get(lease.get("owner", ""))
         for slot in self.slots:
             if slot.journal == journal and slot.proc is not None and slot.proc.poll() is None:
-                return Committer(slot, slot.proc, zombie=False)
+                return Committer(slot, slot.proc)
             for inc, proc in slot.zombies:
                 # A zombie can keep the lease for the rest of the run (it renews it while
                 # rounds come): not looking at zombies missed every committer fault then.
                 if journal_name(slot.role, slot.index, inc) == journal and proc.poll() is None:
-                    return Committer(slot, proc, zombie=True)
+                    return Committer(slot, proc)
         return None
 
     def kill_committer(self, committer: Committer, kind: str) -> None:

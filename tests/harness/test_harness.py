@@ -383,7 +383,9 @@ def test_a_zombie_that_holds_the_lease_is_the_committer_a_fault_kills(tmp_path: 
             proc.kill()
             proc.wait()
     faults = [json.loads(line) for line in (tmp_path / "journals" / "driver.jsonl").open()]
-    assert [(f["e"], f["kind"]) for f in faults] == [("driver_fault", "kill_committer")]
+    assert [(f["e"], f["kind"], f.get("zombie")) for f in faults] == [
+        ("driver_fault", "kill_committer", True)
+    ]
 
 
 def harness_seed() -> int:
