@@ -752,6 +752,46 @@ def test_a_waiting_writer_gives_a_slow_committer_a_few_of_its_usual_gaps(root: P
     assert gc._patience() == 5.0
 
 
+def test_where_rounds_come_seconds_apart_a_waiting_writer_reads_no_lease_between_them(
+    root: Path,
+) -> None:
+    """At W=256 rounds came ~0.6 s apart and a waiting writer read the lease whenever the
+    outcome record stood still for 0.9 help_ms (0.45 s): at almost every gap, ~1.3 lease
+    reads per transaction. The record standing still is a stall only past a few of the usual
+    waits for a decision, capped at 0.9 of the patience (a few of the usual gaps), not of
+    help_ms."""
+    cfg = replace(FAST, lease_ms=10_000)  # help_ms 150: the old cap was 0.135 s
+    wh = warehouse(root, cfg=cfg)
+    gc, mine = _behind_a_silent_committer(wh)
+    owh = Warehouse(store=LocalStore(str(root)), group_commit=False)
+    other = owh.table("t")
+    stop = threading.Event()
+
+    def rounds() -> None:  # another committer's rounds, 0.4 s apart, without the intent
+        while not stop.wait(0.4):
+            other.append([_segment(owh, other, 1)])
+            v = other.snapshot(refresh=False).version
+            record = {"rounds": [{"intents": {}, "version": v}], "tip": v, "version": 1}
+            owh.store.put(outcomes_key("t"), json.dumps(record, sort_keys=True).encode())
+
+    thread = threading.Thread(target=rounds, daemon=True)
+    thread.start()
+    gc._gap_s, gc._decide_s = 0.4, 1.5  # as learned: a patience of 1.2 s
+    started = time.monotonic()
+    try:
+        error, _, result, version = gc._await(mine, started + 10)
+    finally:
+        stop.set()
+        thread.join()
+    # The record moved on without the intent three times: it committed a round itself.
+    assert error is None and result.base_offsets == [0] and gc.stats["helps"] == 1
+    assert version >= 4 and time.monotonic() - started > 1.2
+    assert gc.stats["stall_looks"] == 0
+    # Where rounds come often the stall look is where it was: 0.9 help_ms at most.
+    gc._gap_s = 0.02
+    assert gc._stall_s() == pytest.approx(0.135)
+
+
 def test_a_waiting_writer_that_leaves_the_round_to_others_reads_the_log_every_few_stalls(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

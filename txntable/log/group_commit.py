@@ -139,9 +139,9 @@ DECIDE_S_MAX_HELPS = 10
 FOLLOWER_FIRST_LOOK = 0.7
 FOLLOWER_LOOKS_PER_DECISION = 8
 #: A waiting writer that saw the outcome record stand still for this many of its usual
-#: waits for a decision (at least help_ms / 4, at most 0.9 help_ms: before it would help)
-#: reads the lease once: a committer that stepped down (closed, or idle) or whose lease
-#: lapsed is replaced then, not after help_ms.
+#: waits for a decision (at least help_ms / 4, at most 0.9 of its patience: before it would
+#: help) reads the lease once: a committer that stepped down (closed, or idle) or whose
+#: lease lapsed is replaced then, not after help_ms.
 STALL_LEASE_LOOK = 3
 #: A waiting writer helps when nothing moved for help_ms or this many of the usual gaps
 #: between versions, whichever is longer (see GroupCommit._patience).
@@ -1120,7 +1120,6 @@ class GroupCommit:
         The first look waits about as long as deciding took the last times.
         """
         started = time.monotonic()
-        help_s = self.cfg.help_ms / 1000
         # Help when nothing moves for the patience (the committer is gone), or after a long wait
         # however busy the committer looks (it may not see the intent); a slow committer
         # is not helped: helping adds work where time is short.
@@ -1141,8 +1140,7 @@ class GroupCommit:
         skipped = 0
         # Once per stall (the record standing still for a few usual waits): is there still
         # a committer? One that stepped down is replaced now, not after help_ms.
-        stall_s = min(max(STALL_LEASE_LOOK * self._decide_s, help_s / 4), help_s * 0.9)
-        look_at: float | None = started + stall_s
+        look_at: float | None = started + self._stall_s()
         while True:
             found, tip = self._from_record(intent)
             if found is not None:
@@ -1161,7 +1159,7 @@ class GroupCommit:
                 # Rounds are being committed: a slow committer is not helped (helping adds
                 # work where time is short, and each helper reads every pending intent).
                 help_at = now + self._patience() * random.uniform(1, 1.5)
-                look_at = now + stall_s
+                look_at = now + self._stall_s()
             elif look_at is not None and time.monotonic() >= look_at:
                 look_at = None
                 if self._committer_gone():
@@ -1214,6 +1212,14 @@ class GroupCommit:
         missed and listed the intents at each), at most half a lease."""
         help_s = self.cfg.help_ms / 1000
         return max(help_s, min(PATIENCE_GAPS * self._gap_s, self.cfg.lease_ms / 2000))
+
+    def _stall_s(self) -> float:
+        """How long the outcome record may stand still before a waiting writer reads the
+        lease once: a few of its usual waits for a decision (at least help_ms / 4), and at
+        most 0.9 of its patience, so before it would help. Not 0.9 help_ms where rounds
+        come seconds apart (W=256): that read the lease at almost every gap between them."""
+        help_s = self.cfg.help_ms / 1000
+        return min(max(STALL_LEASE_LOOK * self._decide_s, help_s / 4), 0.9 * self._patience())
 
     def _committer_gone(self) -> bool:
         """Whether no live lease names a committer (released, lapsed or never taken); an
