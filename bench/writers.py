@@ -64,7 +64,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -72,7 +72,9 @@ from typing import Any
 
 from txntable import Producer, Warehouse
 from txntable.errors import KafkaTimeoutError
+from txntable.layout import COMMIT_DIR, COORDINATOR_DIR, INTENTS_DIR, LOG_DIR
 from txntable.storage import CountingStore, LatencyStore, LocalStore, Store, open_store
+from txntable.storage.base import ObjectInfo, StoredObject
 from txntable.storage.s3 import (
     S3_ACCESS_KEY_ID,
     S3_ALLOW_HTTP,
@@ -148,6 +150,8 @@ class WriterResult:
     producer_errors: list[str]  # failures outside a transaction (close, init_transactions)
     #: The group-commit counters of its producers' table handles (rounds, helps, ...).
     group_commit: dict[str, int] = field(default_factory=dict)
+    #: Its requests while running by the object they were for (see :data:`OBJECTS`).
+    objects: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -215,12 +219,101 @@ def open_backend_store(backend: Backend) -> Store:
     return open_store(backend.url, backend.options)
 
 
-def build_writer_warehouse(backend: Backend) -> tuple[Warehouse, CountingStore]:
+#: What the writers' requests were for, by key (``requests/txn by object``: where they go).
+OBJECTS = ("outcome record", "lease", "intents", "log", "coordinator", "segments", "other")
+
+
+def object_of(key: str) -> str:
+    """Which of :data:`OBJECTS` a key (or a listed prefix) is."""
+    if f"/{INTENTS_DIR}/" in key:
+        return "intents"
+    if key.endswith(f"/{COMMIT_DIR}/outcomes.json"):
+        return "outcome record"
+    if key.endswith(f"/{COMMIT_DIR}/lease.json"):
+        return "lease"
+    if f"/{LOG_DIR}/" in key:
+        return "log"
+    if key.startswith(f"{COORDINATOR_DIR}/"):
+        return "coordinator"
+    if "/data/" in key:
+        return "segments"
+    return "other"
+
+
+class ObjectCountingStore(CountingStore):
+    """A :class:`CountingStore` that also counts each request by the object it is for
+    (:attr:`by_object`), one per request as the kinds are."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.by_object: Counter[str] = Counter()
+        self._objects_lock = threading.Lock()
+
+    def _for(self, key: str, requests: int = 1) -> None:
+        with self._objects_lock:
+            self.by_object[object_of(key)] += requests
+
+    def objects(self) -> dict[str, int]:
+        with self._objects_lock:
+            return {name: self.by_object.get(name, 0) for name in OBJECTS}
+
+    def get(self, key: str) -> StoredObject:
+        self._for(key)
+        return super().get(key)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        self._for(key)
+        return super().head(key)
+
+    def modified_ms(self, key: str) -> int | None:
+        self._for(key)
+        return super().modified_ms(key)
+
+    def put(self, key: str, data: bytes) -> str:
+        self._for(key)
+        return super().put(key, data)
+
+    def put_data_file(self, key: str, data: bytes) -> None:
+        self._for(key)
+        super().put_data_file(key, data)
+
+    def put_data_files(self, items: Sequence[tuple[str, bytes]]) -> None:
+        for key, _ in items:
+            self._for(key)
+        super().put_data_files(items)
+
+    def get_data_file(self, key: str) -> bytes:
+        self._for(key)
+        return super().get_data_file(key)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self._for(key)
+        return super().put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._for(key)
+        return super().put_if_match(key, data, etag)
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
+        self._for(prefix)
+        return super().list(prefix, start_after)
+
+    def delete(self, key: str) -> None:
+        self._for(key)
+        super().delete(key)
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        for at in range(0, len(keys), 1000):  # one request per thousand keys, as counted
+            self._for(keys[at])
+        super().delete_many(keys)
+
+
+def build_writer_warehouse(backend: Backend) -> tuple[Warehouse, ObjectCountingStore]:
     """A writer's own warehouse: its own store, behind the latency wrapper, counted."""
     store = open_backend_store(backend)
     if backend.latency_ms > 0:
         store = LatencyStore(store, backend.latency_ms)
-    counting = CountingStore(store)
+    counting = ObjectCountingStore(store)
     return Warehouse(store=counting, group_commit=backend.group_commit), counting
 
 
@@ -312,7 +405,7 @@ def writer_loop(
     transactional_id: str,
     table: str,
     warehouse: Warehouse,
-    counter: CountingStore,
+    counter: ObjectCountingStore,
     producer: Producer,
     deadline: float,
     seed: int,
@@ -322,7 +415,7 @@ def writer_loop(
     txns: list[Txn] = []
     errors: list[str] = []
     counts: Counter[str] = Counter()
-    before = counter.snapshot()
+    before, objects_before = counter.snapshot(), counter.objects()
 
     def reopen() -> Producer:
         return open_producer(warehouse, transactional_id, deadline + REOPEN_GRACE_S, errors)
@@ -348,9 +441,10 @@ def writer_loop(
     except Exception as e:  # the producer could not be replaced: this writer stops here
         errors.append(f"writer stopped: {describe_error(e)}")
     counts.update(group_commit_stats(producer, table))
-    after = counter.snapshot()
+    after, objects_after = counter.snapshot(), counter.objects()
     requests = {kind: after[kind] - before[kind] for kind in REQUEST_KINDS}
-    return WriterResult(writer, transactional_id, txns, requests, errors, counts)
+    objects = {name: objects_after[name] - objects_before[name] for name in OBJECTS}
+    return WriterResult(writer, transactional_id, txns, requests, errors, counts, objects)
 
 
 def group_commit_stats(producer: Producer, table: str) -> dict[str, int]:
@@ -376,7 +470,7 @@ def process_worker(
     try:
         with ThreadPoolExecutor(len(job.writers)) as pool:
 
-            def setup(i: int) -> tuple[Warehouse, CountingStore, Producer]:
+            def setup(i: int) -> tuple[Warehouse, ObjectCountingStore, Producer]:
                 warehouse, counter = build_writer_warehouse(job.backend)
                 producer = open_producer(
                     warehouse, job.transactional_ids[i], time.time() + SETUP_TIMEOUT_S, []
@@ -671,9 +765,11 @@ def summarise(run: Run, baseline_commits_per_s: float | None) -> dict[str, Any]:
     mean = sum(per_writer) / len(per_writer) if per_writer else 0.0
     fewest = min(per_writer) if per_writer else 0
     requests: Counter[str] = Counter()
+    objects: Counter[str] = Counter()
     group_commit: Counter[str] = Counter()
     for r in run.results:
         requests.update(r.requests)
+        objects.update(r.objects)
         group_commit.update(r.group_commit)
     per_txn = max(1, len(committed))
     failed = [t for t in txns if t.error is not None]
@@ -703,6 +799,7 @@ def summarise(run: Run, baseline_commits_per_s: float | None) -> dict[str, Any]:
         ),
         "requests_per_txn": sum(requests.values()) / per_txn,
         "requests_per_txn_by_kind": {k: requests[k] / per_txn for k in REQUEST_KINDS},
+        "requests_per_txn_by_object": {k: objects[k] / per_txn for k in OBJECTS},
         "versions_per_txn": (run.versions - maintenance_versions) / per_txn,
         "group_commit": dict(sorted(group_commit.items())),
         "failed": len(failed),
@@ -772,6 +869,9 @@ def format_details(r: dict[str, Any]) -> str:
         f"{r['seconds']:g} s, last transaction ended {r['overrun_s']:.1f} s after); "
         f"requests/txn: {kinds}",
     ]
+    objects = ", ".join(f"{k} {v:.2f}" for k, v in r["requests_per_txn_by_object"].items() if v)
+    if objects:
+        lines.append(f"  requests/txn by object: {objects}")
     if any(r["group_commit"].values()):
         counts = ", ".join(f"{k} {v}" for k, v in r["group_commit"].items() if v)
         lines.append(f"  group commit (every writer's handle): {counts}")
@@ -796,9 +896,9 @@ def format_details(r: dict[str, Any]) -> str:
             "  recover() after the run finished: "
             + ", ".join(f"{n} {kind}" for kind, n in settled.items())
         )
-    kinds = Counter(error_kind(p) for p in check["problems"])
+    problem_kinds = Counter(error_kind(p) for p in check["problems"])
     if len(check["problems"]) > 10:
-        lines.extend(f"    ! {n} x {kind}" for kind, n in kinds.most_common())
+        lines.extend(f"    ! {n} x {kind}" for kind, n in problem_kinds.most_common())
         lines.append("    first ones:")
     lines.extend(f"    ! {problem}" for problem in check["problems"][:10])
     for error in r["worker_errors"]:

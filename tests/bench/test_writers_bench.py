@@ -18,6 +18,14 @@ from typing import Any
 import pytest
 
 from txntable import Producer, Warehouse
+from txntable.layout import (
+    intent_key,
+    lease_key,
+    outcomes_key,
+    segment_key,
+    txn_key,
+    version_key,
+)
 from txntable.storage import MemoryStore
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "writers.py"
@@ -126,6 +134,34 @@ def test_readback_sees_a_duplicate(written: tuple[Warehouse, list[int]]) -> None
     ]
 
 
+def test_each_request_is_counted_once_by_its_kind_and_once_by_its_object() -> None:
+    assert [
+        bw.object_of(k)
+        for k in (
+            outcomes_key("t"),
+            lease_key("t"),
+            intent_key("t", 1_700_000_000_000, uuid.uuid4().hex, None),
+            "t/_commit/intents/",  # a listing
+            version_key("t", 3),
+            txn_key("tx"),
+            segment_key("t", 2, "x.parquet"),
+            "_tables/t.json",
+        )
+    ] == [
+        "outcome record", "lease", "intents", "intents", "log", "coordinator", "segments",
+        "other",
+    ]
+    store = bw.ObjectCountingStore(MemoryStore(f"bench-{uuid.uuid4().hex}"))
+    wh = Warehouse(store=store)
+    wh.create_table("t", partitions=bw.PARTITIONS)
+    with Producer(wh, transactional_id="bench-objects") as producer:
+        producer.init_transactions()
+        bw.run_transaction(producer, "t", 0, 0, 3, [])
+    objects, kinds = store.objects(), store.snapshot()
+    assert sum(objects.values()) == sum(kinds.values())
+    assert objects["log"] >= 1 and objects["segments"] >= 1 and objects["coordinator"] >= 1
+
+
 @pytest.mark.slow
 def test_quick_run_passes_exactly_once(tmp_path: Path) -> None:
     out = tmp_path / "writers.json"
@@ -146,6 +182,9 @@ def test_quick_run_passes_exactly_once(tmp_path: Path) -> None:
         assert row["check"] == "PASS", row["check_detail"]
         assert row["commits_total"] >= 1
         assert row["check_detail"]["acknowledged"] == row["commits_total"] * bw.RECORDS_PER_TXN
+        by_object = row["requests_per_txn_by_object"]
+        assert sum(by_object.values()) == pytest.approx(row["requests_per_txn"])
+        assert by_object["segments"] >= 1 and by_object["log"] > 0, by_object
         # The writers' group-commit counters are reported (a committer's own commits are
         # in its rounds, so direct + followed may be fewer than the commits).
         counts = row["group_commit"]
