@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
+import types
 from collections import Counter
 from collections.abc import Callable
 
@@ -30,7 +32,7 @@ from txntable.errors import (
 )
 from txntable.producer.futures import SegmentOffsets, SendBatchResult
 from txntable.protocol.actions import Batch, Marker
-from txntable.protocol.records import HEADERS_TYPE, TIMESTAMP_TYPE
+from txntable.protocol.records import HEADERS_TYPE, TIMESTAMP_TYPE, to_record_table
 from txntable.storage import MemoryStore
 from txntable.storage.base import StoreWrapper
 
@@ -319,6 +321,22 @@ def test_a_filtered_dataframe_is_sent_without_its_index(
     p.flush()
     table = wh.table("t").scan(columns=["value", "offset"]).to_arrow()
     assert table.to_pylist() == [{"value": b"b", "offset": 0}, {"value": b"d", "offset": 1}]
+
+
+def test_send_batch_data_is_converted_while_another_thread_imports_pandas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyarrow imports pandas the first time it converts a Python list (the sender does,
+    sealing send()'s records); until that import ends, sys.modules holds a pandas without
+    its names. A send_batch of a dict in that window failed with AttributeError
+    ("partially initialized module 'pandas' has no attribute 'DataFrame'": bench/memory.py
+    hit it on every run)."""
+    pd = pytest.importorskip("pandas")
+    pa.table(pd.DataFrame({"n": [1]}))  # pyarrow holds the real module from now on
+    monkeypatch.setitem(sys.modules, "pandas", types.ModuleType("pandas"))  # being imported
+    table = to_record_table({"key": [b"k"], "value": [b"v"]}, now=1_700_000_000_000)
+    assert table.column("value").to_pylist() == [b"v"]
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_000]
 
 
 class GatedStore(StoreWrapper):

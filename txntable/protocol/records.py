@@ -276,9 +276,12 @@ def as_arrow_table(data: object) -> pa.Table:
         return pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
         return data
-    pandas = sys.modules.get("pandas")  # imported only if the caller has it already
+    # Looked up only if the caller imported pandas already. While another thread imports it
+    # for the first time (pyarrow does, converting a Python list: the producer's sender)
+    # the module is in sys.modules without its names yet, and the caller holds no frame.
+    frame_type = getattr(sys.modules.get("pandas"), "DataFrame", None)
     try:
-        if pandas is not None and isinstance(data, pandas.DataFrame):
+        if frame_type is not None and isinstance(data, frame_type):
             return pa.Table.from_pandas(data, preserve_index=False)
         return pa.table(data)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
