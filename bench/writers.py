@@ -64,7 +64,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -74,7 +74,6 @@ from txntable import Producer, Warehouse
 from txntable.errors import KafkaTimeoutError
 from txntable.layout import COMMIT_DIR, COORDINATOR_DIR, INTENTS_DIR, LOG_DIR
 from txntable.storage import CountingStore, LatencyStore, LocalStore, Store, open_store
-from txntable.storage.base import ObjectInfo, StoredObject
 from txntable.storage.s3 import (
     S3_ACCESS_KEY_ID,
     S3_ALLOW_HTTP,
@@ -240,80 +239,12 @@ def object_of(key: str) -> str:
     return "other"
 
 
-class ObjectCountingStore(CountingStore):
-    """A :class:`CountingStore` that also counts each request by the object it is for
-    (:attr:`by_object`), one per request as the kinds are."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner)
-        self.by_object: Counter[str] = Counter()
-        self._objects_lock = threading.Lock()
-
-    def _for(self, key: str, requests: int = 1) -> None:
-        with self._objects_lock:
-            self.by_object[object_of(key)] += requests
-
-    def objects(self) -> dict[str, int]:
-        with self._objects_lock:
-            return {name: self.by_object.get(name, 0) for name in OBJECTS}
-
-    def get(self, key: str) -> StoredObject:
-        self._for(key)
-        return super().get(key)
-
-    def head(self, key: str) -> ObjectInfo | None:
-        self._for(key)
-        return super().head(key)
-
-    def modified_ms(self, key: str) -> int | None:
-        self._for(key)
-        return super().modified_ms(key)
-
-    def put(self, key: str, data: bytes) -> str:
-        self._for(key)
-        return super().put(key, data)
-
-    def put_data_file(self, key: str, data: bytes) -> None:
-        self._for(key)
-        super().put_data_file(key, data)
-
-    def put_data_files(self, items: Sequence[tuple[str, bytes]]) -> None:
-        for key, _ in items:
-            self._for(key)
-        super().put_data_files(items)
-
-    def get_data_file(self, key: str) -> bytes:
-        self._for(key)
-        return super().get_data_file(key)
-
-    def put_if_absent(self, key: str, data: bytes) -> str:
-        self._for(key)
-        return super().put_if_absent(key, data)
-
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        self._for(key)
-        return super().put_if_match(key, data, etag)
-
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        self._for(prefix)
-        return super().list(prefix, start_after)
-
-    def delete(self, key: str) -> None:
-        self._for(key)
-        super().delete(key)
-
-    def delete_many(self, keys: Sequence[str]) -> None:
-        for at in range(0, len(keys), 1000):  # one request per thousand keys, as counted
-            self._for(keys[at])
-        super().delete_many(keys)
-
-
-def build_writer_warehouse(backend: Backend) -> tuple[Warehouse, ObjectCountingStore]:
+def build_writer_warehouse(backend: Backend) -> tuple[Warehouse, CountingStore]:
     """A writer's own warehouse: its own store, behind the latency wrapper, counted."""
     store = open_backend_store(backend)
     if backend.latency_ms > 0:
         store = LatencyStore(store, backend.latency_ms)
-    counting = ObjectCountingStore(store)
+    counting = CountingStore(store, classify=object_of)
     return Warehouse(store=counting, group_commit=backend.group_commit), counting
 
 
@@ -405,7 +336,7 @@ def writer_loop(
     transactional_id: str,
     table: str,
     warehouse: Warehouse,
-    counter: ObjectCountingStore,
+    counter: CountingStore,
     producer: Producer,
     deadline: float,
     seed: int,
@@ -443,7 +374,9 @@ def writer_loop(
     counts.update(group_commit_stats(producer, table))
     after, objects_after = counter.snapshot(), counter.objects()
     requests = {kind: after[kind] - before[kind] for kind in REQUEST_KINDS}
-    objects = {name: objects_after[name] - objects_before[name] for name in OBJECTS}
+    objects = {
+        name: objects_after.get(name, 0) - objects_before.get(name, 0) for name in OBJECTS
+    }
     return WriterResult(writer, transactional_id, txns, requests, errors, counts, objects)
 
 
@@ -470,7 +403,7 @@ def process_worker(
     try:
         with ThreadPoolExecutor(len(job.writers)) as pool:
 
-            def setup(i: int) -> tuple[Warehouse, ObjectCountingStore, Producer]:
+            def setup(i: int) -> tuple[Warehouse, CountingStore, Producer]:
                 warehouse, counter = build_writer_warehouse(job.backend)
                 producer = open_producer(
                     warehouse, job.transactional_ids[i], time.time() + SETUP_TIMEOUT_S, []

@@ -29,28 +29,46 @@ ExcSpec = BaseException | Callable[[str], BaseException]
 
 
 class CountingStore(StoreWrapper):
-    """Counts requests by kind; thread-safe.
+    """Counts requests by kind, and by what they were for when given ``classify``;
+    thread-safe.
 
     One call is one request: a ``list`` is counted once however many pages the backend
     fetches, and ``exists`` counts as a ``HEAD``.
 
+    Args:
+        inner: The store counted.
+        classify: Names what a key (or a listed prefix; ``""`` for the store's clock) is
+            for: each request is counted under that name too (:attr:`by_object`).
+
     Attributes:
         counts: Requests per kind (see :data:`REQUEST_KINDS`).
+        by_object: Requests per ``classify`` name (empty without ``classify``).
     """
 
-    def __init__(self, inner: Store) -> None:
+    def __init__(self, inner: Store, classify: Callable[[str], str] | None = None) -> None:
         super().__init__(inner)
         self.counts: Counter[str] = Counter()
+        self.by_object: Counter[str] = Counter()
+        self._classify = classify
         self._lock = threading.Lock()
 
-    def _count(self, kind: str) -> None:
+    def _count(self, kind: str, key: str) -> None:
+        name = self._classify(key) if self._classify is not None else None
         with self._lock:
             self.counts[kind] += 1
+            if name is not None:
+                self.by_object[name] += 1
 
     def reset(self) -> None:
         """Zero every counter."""
         with self._lock:
             self.counts.clear()
+            self.by_object.clear()
+
+    def objects(self) -> dict[str, int]:
+        """Return a copy of the counters by ``classify`` name."""
+        with self._lock:
+            return dict(self.by_object)
 
     def snapshot(self) -> dict[str, int]:
         """Return a copy of the counters with every kind present (zero if unused)."""
@@ -58,58 +76,58 @@ class CountingStore(StoreWrapper):
             return {kind: self.counts.get(kind, 0) for kind in REQUEST_KINDS}
 
     def modified_ms(self, key: str) -> int | None:
-        self._count("HEAD")
+        self._count("HEAD", key)
         return self.inner.modified_ms(key)
 
     def clock_ms(self) -> int:
-        self._count("HEAD")
+        self._count("HEAD", "")
         return self.inner.clock_ms()
 
     def get(self, key: str) -> StoredObject:
-        self._count("GET")
+        self._count("GET", key)
         return self.inner.get(key)
 
     def head(self, key: str) -> ObjectInfo | None:
-        self._count("HEAD")
+        self._count("HEAD", key)
         return self.inner.head(key)
 
     def put(self, key: str, data: bytes) -> str:
-        self._count("PUT")
+        self._count("PUT", key)
         return self.inner.put(key, data)
 
     def put_data_file(self, key: str, data: bytes) -> None:
-        self._count("PUT")
+        self._count("PUT", key)
         self.inner.put_data_file(key, data)
 
     def put_data_files(self, items: Sequence[tuple[str, bytes]]) -> None:
-        for _ in items:
-            self._count("PUT")
+        for key, _ in items:
+            self._count("PUT", key)
         self.inner.put_data_files(items)
 
     def get_data_file(self, key: str) -> bytes:
-        self._count("GET")
+        self._count("GET", key)
         return self.inner.get_data_file(key)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
-        self._count("CONDITIONAL_PUT")
+        self._count("CONDITIONAL_PUT", key)
         return self.inner.put_if_absent(key, data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        self._count("CONDITIONAL_PUT")
+        self._count("CONDITIONAL_PUT", key)
         return self.inner.put_if_match(key, data, etag)
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[str]:
-        self._count("LIST")
+        self._count("LIST", prefix)
         return self.inner.list(prefix, start_after)
 
     def delete(self, key: str) -> None:
-        self._count("DELETE")
+        self._count("DELETE", key)
         self.inner.delete(key)
 
     def delete_many(self, keys: Sequence[str]) -> None:
         # One request per thousand keys, as S3's DeleteObjects.
-        for _ in range(0, len(keys), 1000):
-            self._count("DELETE")
+        for at in range(0, len(keys), 1000):
+            self._count("DELETE", keys[at])
         self.inner.delete_many(keys)
 
 
