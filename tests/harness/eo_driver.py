@@ -137,14 +137,9 @@ class Committer:
     """A worker process whose group-commit handle holds the hot table's live lease."""
 
     slot: Slot
+    #: The slot's current process, or one of its zombies (a paused-then-resumed
+    #: predecessor, whose committer thread runs rounds until the process exits).
     proc: subprocess.Popen[bytes]
-
-    @property
-    def zombie(self) -> bool:
-        """One of the slot's zombies (a paused-then-resumed predecessor): its committer
-        thread runs rounds for the other writers until the process exits, and nothing
-        restarts it."""
-        return self.proc is not self.slot.proc
 
 
 class Driver:
@@ -283,13 +278,20 @@ class Driver:
             time.sleep(pause_s)
             proc.send_signal(signal.SIGCONT)
 
-    def kill(self, slot: Slot, kind: str) -> None:
-        """SIGKILL the slot's process, then start its next incarnation."""
-        assert slot.proc is not None
-        slot.proc.send_signal(signal.SIGKILL)
-        slot.proc.wait()
-        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index)
-        self.restart(slot)
+    def kill(
+        self, slot: Slot, kind: str, proc: subprocess.Popen[bytes] | None = None
+    ) -> None:
+        """SIGKILL the slot's process, then start its next incarnation; or SIGKILL one of
+        its zombies (``proc``), which nothing restarts."""
+        current = proc is None or proc is slot.proc
+        victim = slot.proc if proc is None else proc
+        assert victim is not None
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        zombie = {} if current else {"zombie": True}
+        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index, **zombie)
+        if current:
+            self.restart(slot)
 
     def committer(self, wait_s: float = 0.0) -> Committer | None:
         """The worker whose group-commit handle holds a live lease on the hot table: the
@@ -320,16 +322,6 @@ class Driver:
                     return Committer(slot, proc)
         return None
 
-    def kill_committer(self, committer: Committer, kind: str) -> None:
-        """SIGKILL the committer's process: a slot's is restarted, a zombie's is not."""
-        if not committer.zombie:
-            self.kill(committer.slot, kind)
-            return
-        committer.proc.send_signal(signal.SIGKILL)
-        committer.proc.wait()
-        slot = committer.slot
-        self.note(e="driver_fault", kind=kind, role=slot.role, slot=slot.index, zombie=True)
-
     def committer_fault(self, kind: str, past_lease: float) -> None:
         """SIGKILL the committer's process (and restart it), or SIGSTOP it for longer than
         its lease (a zombie committer: another takes over; it resumes where it stopped)."""
@@ -338,7 +330,7 @@ class Driver:
             self.note(e="committer_fault_missed", kind=kind)
             return
         if kind == "kill_committer":
-            self.kill_committer(committer, kind)
+            self.kill(committer.slot, kind, committer.proc)
             return
         lease_ms = (self.cfg.group_commit or {}).get("lease_ms", COMMIT_LEASE_MS_DEFAULT)
         paused = committer.proc
@@ -351,7 +343,7 @@ class Driver:
         # before the zombie resumes.
         helper = self.committer()
         if helper is not None and helper.proc is not paused:
-            self.kill_committer(helper, "kill_helper")
+            self.kill(helper.slot, "kill_helper", helper.proc)
         paused.send_signal(signal.SIGCONT)
 
     def supervise(self) -> None:

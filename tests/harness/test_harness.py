@@ -372,7 +372,7 @@ def test_a_zombie_that_holds_the_lease_is_the_committer_a_fault_kills(tmp_path: 
     driver.slots = [slot]
     try:
         found = driver.committer()
-        assert found is not None and found.proc is zombie and found.zombie
+        assert found is not None and found.proc is zombie and found.slot is slot
         driver.committer_fault("kill_committer", past_lease=1.5)
         assert zombie.wait(timeout=10) == -signal.SIGKILL
         assert current.poll() is None and slot.proc is current and slot.inc == 1
