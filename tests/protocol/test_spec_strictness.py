@@ -352,3 +352,71 @@ def test_a_key_twice_in_an_object_is_corrupt(line: bytes) -> None:
     # an error; two readers of one version must never disagree, so the version is refused.
     with pytest.raises(CorruptLogError, match="appears twice"):
         decode_actions(line + b"\n", "v")
+
+
+# A version is decoded by the C parser alone and its keys counted against its key ends
+# (`"` then `:`); these are the texts where the count could be fooled or cannot decide.
+BATCH = (
+    '{"batch":{"baseOffset":0,"count":1,"partition":0,"path":"t/data/p=0/a.parquet",'
+    '"size":9,"transactionalId":%s%s}}'
+)
+
+
+@pytest.mark.parametrize(
+    ("txn_id", "extra"),
+    [
+        # A duplicate next to a string that opens with a colon: one key end more, one less.
+        ('":x"', ',"count":2'),
+        # A duplicate next to an escaped quote before a colon.
+        ('"a\\":b"', ',"size":8'),
+        # A duplicate with whitespace before its colon.
+        ('"t"', ',"count" :2'),
+        ('"t"', ',"count"\t:2'),
+        # A duplicate inside a value that is not a field of the action.
+        ('"t"', ',"later":{"a":1,"a":2}'),
+        ('"t"', ',"later":[{"a":1},{"b":[{"c":1,"c":1}]}]'),
+    ],
+)
+def test_a_key_twice_is_found_whatever_the_strings_around_it(txn_id: str, extra: str) -> None:
+    line = (BATCH % (txn_id, extra)).encode()
+    with pytest.raises(CorruptLogError, match="appears twice"):
+        decode_actions(PROTOCOL + b"\n" + line + b"\n", "v")
+
+
+@pytest.mark.parametrize(
+    ("txn_id", "extra"),
+    [
+        ('":x"', ""),
+        ('"a\\":b"', ""),
+        ('"a\\\\"', ""),
+        ('"\\u0022:"', ""),
+        ('" spaced"', ""),
+        ('"t"', ',"later":{"a":":","b":[{"c":"\\":"}]}'),
+    ],
+)
+def test_strings_holding_quotes_and_colons_decode_as_written(txn_id: str, extra: str) -> None:
+    line = BATCH % (txn_id, extra)
+    _, batch = decode_actions(PROTOCOL + b"\n" + line.encode() + b"\n", "v")
+    assert batch.transactionalId == json.loads(txn_id)  # type: ignore[union-attr]
+    assert (batch.count, batch.size) == (1, 9)  # type: ignore[union-attr]
+
+
+def test_whitespace_around_an_action_and_its_keys_decodes_the_same() -> None:
+    compact = encode_actions([Protocol(1, 1), LogStart(0, 4)])
+    spaced = b'  {"protocol" : {"minReaderVersion": 1, "minWriterVersion" :1}}\t\n' + (
+        b'{ "logStart": { "offset": 4, "partition": 0 } }\n'
+    )
+    assert decode_actions(spaced, "v") == decode_actions(compact, "v")
+    assert decode_actions(spaced, "v") == [Protocol(1, 1), LogStart(0, 4)]
+
+
+def test_an_action_decoded_keeps_its_defaults_apart_from_other_actions() -> None:
+    # Decoded actions are built without their __init__: a default made by a factory (a
+    # metadata's configuration) must still be a new object for each.
+    line = b'{"metadata":{"name":"t","partitions":1,"tableId":"x"}}\n'
+    (first,) = decode_actions(line, "v")
+    (second,) = decode_actions(line, "v")
+    assert first.configuration == {} and first.configuration is not second.configuration  # type: ignore[union-attr]
+    assert first == second and hash(first.schema) == hash(second.schema)  # type: ignore[union-attr]
+    with pytest.raises(AttributeError):
+        first.name = "u"  # type: ignore[misc]

@@ -9,11 +9,18 @@ half-applied.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from txntable.errors import CorruptLogError, SchemaMismatchError, UnsupportedProtocolError
+from txntable.errors import (
+    CorruptLogError,
+    SchemaMismatchError,
+    TxnTableError,
+    UnsupportedProtocolError,
+)
 from txntable.protocol.schema import Field, normalize_schema, schema_from_json
 
 #: Highest reader/writer protocol version this client implements.
@@ -450,6 +457,35 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 _STRICT = json.JSONDecoder(parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+_PLAIN = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def _count_keys(value: Any) -> int:
+    """How many keys the objects in ``value`` hold (nested ones included)."""
+    if type(value) is dict:
+        n = len(value)
+        for v in value.values():
+            if type(v) is dict or type(v) is list:
+                n += _count_keys(v)
+        return n
+    if type(value) is list:
+        return sum(_count_keys(v) for v in value if type(v) is dict or type(v) is list)
+    return 0
+
+
+def _keys_unique(text: str, keys: int) -> bool:
+    """Whether decoding ``text`` kept every key it holds: ``keys`` (the count of keys of
+    what it decoded to) is the count of its key ends, ``"`` then ``:``. Each key of the
+    text ends there, and other places only add to the count (a string that opens with a
+    colon, an escaped quote before one), so equal counts prove no key was dropped as a
+    duplicate. ``False`` when unsure (whitespace before a colon): check object by object.
+
+    The C parser with a duplicate check on every object (a Python call each) took twice
+    as long; a log version holds hundreds of objects, and every writer reads every version.
+    """
+    if '" ' in text or '"\t' in text or '"\r' in text or '"\n' in text:
+        return False
+    return text.count('":') == keys
 
 
 def loads_strict(data: str | bytes) -> Any:
@@ -463,7 +499,17 @@ def loads_strict(data: str | bytes) -> Any:
     Raises:
         ValueError: If ``data`` is not valid JSON.
     """
-    return json.loads(data, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+    if isinstance(data, str):
+        text = data
+        if text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    else:
+        text = data.decode(json.detect_encoding(data), "surrogatepass")
+    obj = _PLAIN.decode(text)
+    keys = _count_keys(obj)
+    if keys and not _keys_unique(text, keys):
+        return _STRICT.decode(text)  # raises ValueError on a key twice
+    return obj
 
 
 def decode_strict_at(text: str, index: int) -> tuple[Any, int]:
@@ -476,40 +522,50 @@ def decode_strict_at(text: str, index: int) -> tuple[Any, int]:
     return _STRICT.raw_decode(text, index)
 
 
-def _check_type(name: str, key: str, value: Any, annotation: str, path: str | None) -> None:
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validator(annotation: str) -> Callable[[Any], bool]:
+    """Whether a JSON value fits a field of this annotation (its type as written)."""
     ann = annotation.replace(" ", "")
-    ok: bool
     if ann == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif ann == "bool":
-        ok = isinstance(value, bool)
-    elif ann == "str":
-        ok = isinstance(value, str)
-    elif ann in ("str|None",):
-        ok = value is None or isinstance(value, str)
-    elif ann == "MarkerType":
-        ok = value in ("COMMIT", "ABORT")
-    elif ann.startswith("dict"):
-        ok = isinstance(value, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        return _is_int
+    if ann == "bool":
+        return lambda v: isinstance(v, bool)
+    if ann == "str":
+        return lambda v: isinstance(v, str)
+    if ann == "str|None":
+        return lambda v: v is None or isinstance(v, str)
+    if ann == "MarkerType":
+        return lambda v: v in ("COMMIT", "ABORT")
+    if ann.startswith("dict"):
+        return lambda v: (
+            isinstance(v, dict)
+            and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
         )
-    elif ann.startswith("tuple[Field"):
-        ok = isinstance(value, list)
-    elif ann.startswith("tuple[str"):
-        ok = isinstance(value, list) and all(isinstance(x, str) for x in value)
-    elif ann.startswith("tuple[IntentOutcome"):
-        ok = isinstance(value, list) and all(_is_outcome(o) for o in value)
-    elif ann.startswith("tuple[tuple[int"):
-        ok = isinstance(value, list) and all(
-            isinstance(b, list)
-            and len(b) == 4
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in b)
-            for b in value
+    if ann.startswith("tuple[Field"):
+        return lambda v: isinstance(v, list)
+    if ann.startswith("tuple[str"):
+        return lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if ann.startswith("tuple[IntentOutcome"):
+        return lambda v: isinstance(v, list) and all(_is_outcome(o) for o in v)
+    if ann.startswith("tuple[tuple[int"):
+        return lambda v: (
+            isinstance(v, list)
+            and all(isinstance(b, list) and len(b) == 4 and all(_is_int(x) for x in b) for b in v)
         )
-    else:  # pragma: no cover - every annotation above is covered
-        ok = True
-    if not ok:
-        raise CorruptLogError(f"action {name}: field {key} has invalid value {value!r}", path)
+    raise TypeError(f"no validator for a field of type {annotation}")  # pragma: no cover
+
+
+@functools.cache
+def _field_specs(cls: type) -> tuple[tuple[str, Callable[[Any], bool], bool], ...]:
+    """Each field of an action class: its name, its validator, whether it is required
+    (worked out once per class: a log version holds hundreds of actions)."""
+    return tuple(
+        (f.name, _validator(str(f.type)), f.default is MISSING and f.default_factory is MISSING)
+        for f in fields(cls)
+    )
 
 
 def _is_outcome(obj: Any) -> bool:
@@ -533,6 +589,12 @@ def action_from_dict(obj: Any, path: str | None = None) -> Action:
     Raises:
         CorruptLogError: If the object is not a known, well-formed action.
     """
+    return _action(obj, path)[0]
+
+
+def _action(obj: Any, path: str | None) -> tuple[Action, int]:
+    """The action of one JSON object, and how many keys the object holds (those of values
+    that are not fields of the action not counted)."""
     if not isinstance(obj, dict) or len(obj) != 1:
         raise CorruptLogError(f"log line is not a one-key action object: {obj!r:.200}", path)
     ((name, body),) = obj.items()
@@ -541,13 +603,20 @@ def action_from_dict(obj: Any, path: str | None = None) -> Action:
         raise CorruptLogError(f"unknown action {name!r}", path)
     if not isinstance(body, dict):
         raise CorruptLogError(f"action {name}: body is not an object", path)
+    keys = 1 + len(body)
     kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.name in body:
-            _check_type(name, f.name, body[f.name], str(f.type), path)
-            kwargs[f.name] = body[f.name]
-        elif f.default is MISSING and f.default_factory is MISSING:
-            raise CorruptLogError(f"action {name}: missing required field {f.name}", path)
+    for key, valid, required in _field_specs(cls):
+        if key in body:
+            value = body[key]
+            if not valid(value):
+                raise CorruptLogError(
+                    f"action {name}: field {key} has invalid value {value!r}", path
+                )
+            kwargs[key] = value
+            if type(value) is dict or type(value) is list:
+                keys += _count_keys(value)
+        elif required:
+            raise CorruptLogError(f"action {name}: missing required field {key}", path)
     if cls is Metadata:
         try:
             if "schema" in kwargs:
@@ -559,8 +628,31 @@ def action_from_dict(obj: Any, path: str | None = None) -> Action:
         kwargs["batches"] = tuple(tuple(b) for b in kwargs["batches"])
     if cls is CommitInfo and "intents" in kwargs:
         kwargs["intents"] = tuple(IntentOutcome(**o) for o in kwargs["intents"])
-    action: Action = cls(**kwargs)
+    action: Action = _build(cls, kwargs)
     _check_ranges(action, path)
+    return action, keys
+
+
+@functools.cache
+def _defaults(cls: type) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    plain = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+    made = tuple(
+        (f.name, f.default_factory) for f in fields(cls) if f.default_factory is not MISSING
+    )
+    return plain, made
+
+
+def _build(cls: type, kwargs: dict[str, Any]) -> Any:
+    """``cls(**kwargs)`` for a frozen action dataclass of checked fields, without its
+    ``__init__`` (a ``object.__setattr__`` call per field: a third of decoding a version)."""
+    action: Any = object.__new__(cls)
+    state = action.__dict__
+    plain, made = _defaults(cls)
+    state.update(plain)
+    for name, factory in made:
+        if name not in kwargs:
+            state[name] = factory()
+    state.update(kwargs)
     return action
 
 
@@ -622,10 +714,43 @@ def decode_actions(data: bytes, path: str | None = None) -> list[Action]:
         raise CorruptLogError("log version is not UTF-8", path) from None
     if not text.endswith("\n"):
         raise CorruptLogError("log version is empty or truncated (no final newline)", path)
-    actions: list[Action] = []
     # Lines end with "\n" only: str.splitlines() would also split at U+2028, U+0085 and
     # other Unicode line breaks, which are legal raw characters inside JSON strings.
-    for lineno, line in enumerate(text.split("\n")[:-1], 1):
+    lines = text.split("\n")[:-1]
+    try:
+        actions = _decode_compact(text, lines, path)
+    except (ValueError, TxnTableError):
+        actions = None
+    # Anything the quick pass did not accept is decoded line by line, checking each object:
+    # the first fault in line order is the one raised.
+    return actions if actions is not None else _decode_checked(lines, path)
+
+
+def _decode_compact(text: str, lines: list[str], path: str | None) -> list[Action] | None:
+    """The actions of a version as writers write it (compact JSON, a key at most once per
+    object: every writer reads every version, so this is a hot path), or ``None`` where
+    that is not proven (whitespace, a key that may appear twice): decode it checked."""
+    actions: list[Action] = []
+    keys = 0
+    for line in lines:
+        if not line:
+            continue
+        obj, end = _PLAIN.raw_decode(line)
+        if end != len(line):
+            return None
+        action, n = _action(obj, path)
+        if isinstance(action, Protocol):
+            check_protocol(action)
+        keys += n
+        actions.append(action)
+    if not actions or not _keys_unique(text, keys):
+        return None
+    return actions
+
+
+def _decode_checked(lines: list[str], path: str | None) -> list[Action]:
+    actions: list[Action] = []
+    for lineno, line in enumerate(lines, 1):
         if not line.strip(JSON_WHITESPACE):
             continue
         try:
