@@ -438,6 +438,10 @@ class GroupCommit:
             "direct": 0,
             "followed": 0,
             "stall_looks": 0,
+            # A waiting writer read the log: its intent missed RECORD_MISSES record moves
+            # (overlooked), or nothing moved for its patience (log_reads).
+            "overlooked": 0,
+            "log_reads": 0,
         }
 
     # --- entry points ----------------------------------------------------------------
@@ -1184,6 +1188,7 @@ class GroupCommit:
                             helping = False
                             reading = skipped % LOOK_EVERY_SKIPS == 0
                 if reading:
+                    self.stats["overlooked" if overlooked else "log_reads"] += 1
                     # The record moved on without it (or nothing moves): the log decides.
                     with self.table._lock:
                         snap = self.table.caught_up(max(record_tip, self._tip_hint))
