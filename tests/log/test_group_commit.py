@@ -880,3 +880,32 @@ def test_where_rounds_come_seconds_apart_a_waiting_writer_looks_less_often(
     gc._gap_s, gc._decide_s = 0.02, 0.1
     seen = looks_within(0.5)
     assert seen[0] < 0.3 and len(seen) >= 8  # from 0.7 decide_s, then every 12.5 ms
+
+
+def test_a_writer_that_takes_over_a_lapsed_lease_decides_its_intent_its_handle_is_behind(
+    root: Path,
+) -> None:
+    """A follower's handle stops at the version it last read, and its intent is written on
+    the newest version it heard of (the outcome record's). Taking over a lapsed lease, its
+    committer saw that intent as from the future: it decided nothing, idled out and released
+    the lease before the writer's patience ran out, and the writer took the lease again, and
+    so on to its deadline (W=256: a transaction failed after 120 s). The committer now
+    catches up to the version it heard of first."""
+    cfg = replace(FAST, help_ms=300, idle_ms=50)  # the committer idles out within a patience
+    wh = warehouse(root, cfg=cfg)
+    table = wh.table("t")
+    table.snapshot()  # the waiting writer's handle stays at version 0
+    gc = table.group_commit
+    assert gc is not None
+    gc._lease_looked = time.monotonic() + 60  # no background look
+    other = warehouse(root).table("t")
+    for _ in range(3):  # versions 1-3, which the waiting handle does not read
+        other.submit(AppendOp((_segment(wh, other, 1),)))
+    gc._tip_hint = 3  # as the outcome record told it while it followed
+    gc._seen = Lease(table, "dead" * 8, 200).take(None)  # lapses, never renewed
+    started = time.monotonic()
+    result, version = gc._follow(AppendOp((_segment(wh, table, 1),)), None, started + 5)
+    assert (result.base_offsets, version) == ([3], 4)
+    assert time.monotonic() - started < 3
+    assert gc.stats["helps"] >= 1 and gc.stats["rounds"] == 1
+    gc.close()

@@ -697,13 +697,14 @@ class GroupCommit:
             log._backoff(attempt)
             attempt += 1
 
-    def _snapshot(self) -> TableSnapshot:
+    def _snapshot(self, behind_ok: int = CATCH_UP_READS) -> TableSnapshot:
         """The handle's snapshot to commit on; first caught up (from a checkpoint if need
-        be) when it is far behind the newest version this handle heard of: a follower learns
-        its outcomes from the outcome record, not the log, and back to committing it would
-        otherwise lose a race and refresh one version per request (hundreds at W=16)."""
+        be) when it is more than ``behind_ok`` versions behind the newest version this
+        handle heard of: a follower learns its outcomes from the outcome record, not the
+        log, and back to committing it would otherwise lose a race and refresh one version
+        per request (hundreds at W=16)."""
         snap = self.table.snapshot(refresh=False)
-        if self._tip_hint - snap.version <= CATCH_UP_READS:
+        if self._tip_hint - snap.version <= behind_ok:
             return snap
         try:
             return self.table.caught_up(self._tip_hint)
@@ -980,6 +981,17 @@ class GroupCommit:
         present = set(listed.keys)
         for key in [k for k in self._intents if k not in present]:
             del self._intents[key]  # deleted by someone: decided or given up
+        bases = [i.base_version for i in self._intents.values() if i is not None]
+        if mine is not None:
+            bases.append(mine.base_version)
+        if any(snap.version < base <= self._tip_hint for base in bases):
+            # Written on a version this handle heard of but has not read (a follower's
+            # handle stops at what it last read; its own intent is written on the outcome
+            # record's newest version): such an intent is not eligible on this snapshot, and
+            # a committer that found every intent so would decide none, idle out, and the
+            # writer that took over the lapsed lease to decide its intent would take it
+            # again, to its deadline.
+            snap = self._snapshot(behind_ok=0)
         out: list[Intent] = []
         done: list[str] = []
         for key in listed.keys:
