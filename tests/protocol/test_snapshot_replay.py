@@ -11,10 +11,12 @@ from txntable.errors import (
     UnsupportedProtocolError,
 )
 from txntable.protocol.actions import (
+    INTENT_WINDOW_VERSIONS,
     AbortedTxn,
     Action,
     AppTxn,
     CommitInfo,
+    IntentOutcome,
     LogStart,
     Marker,
     Metadata,
@@ -261,3 +263,32 @@ def test_a_partition_started_twice_in_a_checkpoint_is_corrupt() -> None:
     assert one.partition(0).log_start_offset == 0
     with pytest.raises(CorruptLogError, match="two partitionStart"):
         load_checkpoint(4, [*head, PartitionStart(0, 0, 0), PartitionStart(0, 5, 0)], "cp", True)
+
+
+def test_decided_intents_are_kept_exactly_while_inside_the_window() -> None:
+    """After version v, the decided intents with baseVersion >= v - W are kept and no other
+    (a fork forgets its own without changing the snapshot it came from; an intent recorded
+    twice, by a checkpoint and a version, is forgotten once)."""
+    window = INTENT_WINDOW_VERSIONS
+    decided: list[IntentOutcome] = []
+    snap = snapshot_of()
+    fork = None
+    for v in range(1, 3 * window):
+        # Bases spread over the window, some as old as it allows, in no particular order.
+        outcomes = [
+            IntentOutcome(f"{v}-{i}", max(0, v - 1 - (i * 37 + v) % window), v) for i in range(5)
+        ]
+        if v == 2 * window:
+            outcomes.append(decided[-1])  # recorded again
+        decided.extend(outcomes)
+        snap.apply(v, [CommitInfo(v, "WRITE", f"c{v}", intents=tuple(outcomes))])
+        expected = {o.id: o for o in decided if o.baseVersion >= v - window}
+        assert snap.intents == expected, v
+        if v == window + 10:
+            fork = snap.fork()
+    assert fork is not None and fork.version == window + 10
+    kept = dict(fork.intents)
+    for v in range(window + 11, window + 31):
+        fork.apply(v, [CommitInfo(v, "WRITE", f"f{v}", intents=())])
+    assert fork.intents == {k: o for k, o in kept.items() if o.baseVersion >= 30}
+    assert 0 < len(fork.intents) < len(kept)
