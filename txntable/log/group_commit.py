@@ -981,17 +981,6 @@ class GroupCommit:
         present = set(listed.keys)
         for key in [k for k in self._intents if k not in present]:
             del self._intents[key]  # deleted by someone: decided or given up
-        bases = [i.base_version for i in self._intents.values() if i is not None]
-        if mine is not None:
-            bases.append(mine.base_version)
-        if any(snap.version < base <= self._tip_hint for base in bases):
-            # Written on a version this handle heard of but has not read (a follower's
-            # handle stops at what it last read; its own intent is written on the outcome
-            # record's newest version): such an intent is not eligible on this snapshot, and
-            # a committer that found every intent so would decide none, idle out, and the
-            # writer that took over the lapsed lease to decide its intent would take it
-            # again, to its deadline.
-            snap = self._snapshot(behind_ok=0)
         out: list[Intent] = []
         done: list[str] = []
         for key in listed.keys:
@@ -1010,9 +999,32 @@ class GroupCommit:
         for key in done:
             self._intents.pop(key, None)
         self._delete(done)
+        if not out and not (mine is not None and eligible(mine, snap)):
+            out = self._after_catching_up(mine)
+            snap = self.table.snapshot(refresh=False)
         if mine is not None and all(i.id != mine.id for i in out) and eligible(mine, snap):
             out.insert(0, mine)
         return out[: self.cfg.max_round_intents]
+
+    def _after_catching_up(self, mine: Intent | None) -> list[Intent]:
+        """The eligible intents once this handle read the log up to the newest version it
+        heard of, if some intent was written on a version after this handle's (else none).
+
+        A follower's handle stops at the version it last read, and its intent is written on
+        the outcome record's newest version: such an intent is not eligible on the handle's
+        snapshot. A committer that found every intent so would decide none and idle out, and
+        the writer that took over the lapsed lease to decide its intent would take it again
+        at its next stall, to its deadline. (When some intent is eligible the round goes on:
+        a version put on a stale snapshot loses its race and the handle refreshes then.)
+        """
+        snap = self.table.snapshot(refresh=False)
+        bases = [i.base_version for i in self._intents.values() if i is not None]
+        if mine is not None:
+            bases.append(mine.base_version)
+        if not any(snap.version < base <= self._tip_hint for base in bases):
+            return []
+        snap = self._snapshot(behind_ok=0)
+        return [i for _, i in sorted(self._intents.items()) if i is not None and eligible(i, snap)]
 
     def _read_intents(self, keys: list[str]) -> dict[str, Intent | None]:
         """The intents of ``keys``: decoded from the key when it carries the body, else
