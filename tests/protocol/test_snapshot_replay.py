@@ -292,3 +292,36 @@ def test_decided_intents_are_kept_exactly_while_inside_the_window() -> None:
         fork.apply(v, [CommitInfo(v, "WRITE", f"f{v}", intents=())])
     assert fork.intents == {k: o for k, o in kept.items() if o.baseVersion >= 30}
     assert 0 < len(fork.intents) < len(kept)
+
+
+def test_a_fork_copies_a_producer_entry_only_when_it_changes_it() -> None:
+    """A round's fork shares a partition's producer entries with its snapshot and copies
+    each one before its first change: the snapshot never sees the fork's changes, and
+    producers the fork does not touch are not copied (hundreds per partition at W=256)."""
+    snap = snapshot_of(
+        [batch(0, 0, 2, pid=1, epoch=0, seq=0, txn=True)],
+        [batch(0, 2, 1, pid=2, epoch=0, seq=0)],
+        [Marker(0, 3, 1, 0, "COMMIT")],
+    )
+    before = snap.partition(0).producers
+    one, two = before[1], before[2]
+    one_was = (one.epoch, list(one.batches), one.current_txn_first_offset)
+    fork = snap.fork()
+    fork.apply(4, [batch(0, 4, 3, pid=1, epoch=0, seq=2, txn=True)])
+    fork.apply(5, [batch(0, 7, 1, pid=1, epoch=0, seq=5, txn=True)])
+    fork.apply(6, [Marker(0, 8, 1, 1, "ABORT")])  # a bumped epoch clears the batches
+    changed = fork.partition(0).producers
+    assert changed[2] is two  # untouched: shared
+    assert changed[1] is not one
+    assert (changed[1].epoch, list(changed[1].batches)) == (1, [])
+    assert changed[1].coordinator_epoch == 0
+    # The snapshot the fork came from is as it was.
+    assert snap.partition(0).producers[1] is one
+    assert (one.epoch, list(one.batches), one.current_txn_first_offset) == one_was
+    assert snap.version == 3 and snap.partition(0).log_end_offset == 4
+    # A producer the fork creates is the fork's alone.
+    fork.apply(7, [batch(0, 9, 1, pid=3, epoch=0, seq=0, txn=True)])
+    assert 3 in fork.partition(0).producers and 3 not in snap.partition(0).producers
+    # The snapshot itself still changes its own entries in place.
+    snap.apply(4, [batch(0, 4, 1, pid=2, epoch=0, seq=1)])
+    assert snap.partition(0).producers[2] is two and two.last_seq == 1

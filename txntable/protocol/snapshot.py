@@ -65,6 +65,11 @@ class PartitionState:
     #: tells an incremental reader of this snapshot (the Delta mirror) that entries it
     #: already saw changed. Not part of the state: a loaded snapshot starts at 0.
     rewrites: int = field(default=0, compare=False)
+    #: Producers whose entries this partition may change in place; ``None``: all of them.
+    #: A copy (:func:`_copy_partition`) starts with none: it shares the entries with the
+    #: partition it was copied from, and copies one before its first change (a round's fork
+    #: touches a few producers of a partition that holds hundreds).
+    _owned: set[int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def high_watermark(self) -> int:
@@ -230,9 +235,17 @@ class TableSnapshot:
 
 
 def _producer(part: PartitionState, pid: int) -> ProducerEntry:
+    """Producer ``pid``'s entry of ``part``, to change (a shared one is copied first)."""
     entry = part.producers.get(pid)
+    owned = part._owned
     if entry is None:
         entry = part.producers[pid] = ProducerEntry()
+    elif owned is None or pid in owned:
+        return entry
+    else:
+        entry = part.producers[pid] = entry.copy()
+    if owned is not None:
+        owned.add(pid)
     return entry
 
 
@@ -489,7 +502,10 @@ def _partition(snap: TableSnapshot, p: int, path: str | None) -> PartitionState:
 
 
 def _copy_partition(part: PartitionState) -> PartitionState:
-    """A copy that shares nothing mutable with ``part`` (entries themselves are immutable)."""
+    """A copy whose changes never reach ``part``: its lists and maps are its own (entries
+    themselves are immutable) and its producer entries are copied on their first change
+    (see :func:`_producer`). Like a fork's shared partitions, the copy assumes ``part`` is
+    not changed while the copy is in use."""
     return replace(
         part,
         entries=list(part.entries),
@@ -497,7 +513,8 @@ def _copy_partition(part: PartitionState) -> PartitionState:
         aborted=list(part.aborted),
         aborted_last_offsets=list(part.aborted_last_offsets),
         ongoing=dict(part.ongoing),
-        producers={pid: e.copy() for pid, e in part.producers.items()},
+        producers=dict(part.producers),
+        _owned=set(),
     )
 
 
