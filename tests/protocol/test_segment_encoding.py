@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from txntable.protocol import records
 from txntable.protocol.records import (
@@ -142,3 +143,22 @@ def test_a_merged_segment_keeps_zstd_and_statistics_on_its_offsets() -> None:
     stats = pq.read_metadata(pa.BufferReader(data)).row_group(0).column(0).statistics
     assert (stats.min, stats.max) == (100, 100 + 2 * 4999)
     assert decode_segment(data, "s", 5000, merged=True).equals(merged)
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.string(), pa.large_binary(), pa.large_string()])
+def test_value_lengths_are_read_right_from_sliced_chunks_with_and_without_nulls(
+    kind: pa.DataType,
+) -> None:
+    # The lengths come from the offsets where a chunk has no null: a slice's offsets start
+    # at its own first row, and a null (whose offsets may differ) counts 0.
+    text = ["", "a", "bcd", "efghij", "k" * 40, "lm"]
+    raw = text if kind in (pa.string(), pa.large_string()) else [t.encode() for t in text]
+    whole = pa.array(raw, kind)
+    with_null = pa.array([raw[3], None, raw[4]], kind)
+    column = pa.chunked_array(
+        [whole.slice(2, 3), pa.array([], kind), whole.slice(0, 1), with_null], type=kind
+    )
+    got = records.binary_lengths(column)
+    assert got.dtype == np.int64
+    assert got.tolist() == [3, 6, 40, 0, 6, 0, 40]
+    assert records.binary_lengths(pa.chunked_array([], type=kind)).tolist() == []

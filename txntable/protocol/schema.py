@@ -29,6 +29,7 @@ from txntable.protocol.records import (
     OFFSET_COLUMN,
     READ_TIMESTAMP,
     as_arrow_table,
+    binary_lengths,
     timestamp_column,
 )
 
@@ -1100,8 +1101,7 @@ def typed_record_sizes(table: pa.Table) -> np.ndarray:
     for column in table.columns:
         t = column.type
         if pa.types.is_string(t) or pa.types.is_binary(t):
-            lengths = pc.binary_length(column).fill_null(0)
-            sizes += np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+            sizes += binary_lengths(column)
         else:
             sizes += max(1, column.nbytes // n)
     return sizes
