@@ -443,3 +443,49 @@ def test_an_idempotent_round_of_two_tables_puts_and_appends_them_at_once(
     assert [f.get(0).offset for f in futures] == [0, 0]
     assert store.most == {"segment": 2, "version": 2}
     assert read_all(wh, "u", [0], "read_committed") == {0: [(0, b"x")]}
+
+
+def test_a_transactions_last_segment_is_put_on_the_committing_thread(
+    t: Warehouse, store: FaultInjectingStore, make_parts: Callable[..., Parts]
+) -> None:
+    """The caller waits for the puts anyway: the last segment (a small transaction's only
+    one) is put on its thread, the others on the put pool while it encodes; a failure of
+    either fails the transaction, the first batch's error first."""
+    threads: dict[str, int] = {}
+    put_data_file = store.inner.put_data_file
+
+    def recording(key: str, data: bytes) -> None:
+        threads[key] = threading.get_ident()
+        put_data_file(key, data)
+
+    store.inner.put_data_file = recording  # type: ignore[method-assign]
+    acc, txn, sender = make_parts(t, transactional_id="tx", delivery_timeout_ms=200)
+    txn.init_transactions()
+    txn.begin_transaction()
+    for p in (0, 1, 2):
+        put(acc, b"v%d" % p, p)
+    whole = acc.drain_whole(txn.short_path_allowed)
+    assert whole is not None
+    written = sender.write_transaction(whole)
+    paths = [b.path for b in written["t"]]
+    assert len(paths) == 3 and set(threads) == set(paths)
+    assert threads[paths[-1]] == threading.get_ident()
+    assert all(threads[p] != threading.get_ident() for p in paths[:-1])
+    txn.begin_commit()
+    txn.commit_one_log("t", whole["t"], written["t"])
+
+    txn.begin_transaction()
+    futures = [put(acc, b"w%d" % p, p) for p in (0, 1, 2)]
+    whole = acc.drain_whole(txn.short_path_allowed)
+    assert whole is not None
+    first, last = (str(b.partition) for b in (whole["t"][0], whole["t"][-1]))
+    store.fail_before_write(
+        lambda key: f"partition={first}/" in key, times=1000, exc=TransientStorageError("one")
+    )
+    store.fail_before_write(
+        lambda key: f"partition={last}/" in key, times=1000, exc=TransientStorageError("two")
+    )
+    with pytest.raises(TransientStorageError, match="one"):
+        sender.write_transaction(whole)
+    assert all(isinstance(f.exception(0), TransientStorageError) for f in futures)
+    assert acc.used_memory == 0

@@ -255,14 +255,15 @@ class Sender:
     ) -> list[PendingBatch]:
         """Write one segment per batch; take their sequences (once, kept on retry).
         Failing puts are retried until ``deadline`` (``time.monotonic()``)."""
-        pending, puts = self._encode_segments(topic, batches, deadline)
+        pending, puts = self._encode_segments(topic, batches, deadline, last_here=True)
         self._await_puts(topic, batches, puts)
         return pending
 
     def _encode_segments(
-        self, topic: str, batches: list[ProducerBatch], deadline: float
+        self, topic: str, batches: list[ProducerBatch], deadline: float, last_here: bool = False
     ) -> tuple[list[PendingBatch], list[Future[None]]]:
-        """Encode one segment per batch and put each on the pool as it is ready; take their
+        """Encode one segment per batch and put each on the pool as it is ready (``last_here``:
+        the last one on this thread, for a caller that waits for the puts next); take their
         sequences (once, kept on retry). If encoding fails, the puts made end first."""
         table = self._metadata.table(topic)
         txn = self._txn
@@ -276,12 +277,13 @@ class Sender:
         pending: list[PendingBatch] = []
         puts: list[Future[None]] = []
         try:
-            for batch, seq in zip(batches, sequences, strict=True):
+            last = len(batches) - 1
+            for i, (batch, seq) in enumerate(zip(batches, sequences, strict=True)):
                 rows = segment_rows(batch) if typed else batch.table()
                 data = encode_table(rows, segment_scratch(encoding_room(rows)))
                 low, high = timestamp_range(rows)
                 path = table.segment_key(batch.partition, new_segment_name())
-                puts.append(self._submit_put(path, data, deadline))
+                puts.append(self._submit_put(path, data, deadline, here=last_here and i == last))
                 pending.append(
                     PendingBatch(
                         partition=batch.partition,
@@ -316,8 +318,12 @@ class Sender:
         for _ in batches:
             self._accumulator.batch_written(topic, num_partitions)
 
-    def _submit_put(self, path: str, data: bytes, deadline: float) -> Future[None]:
-        """Put an encoded segment on the writer pool; its bytes count as buffer memory."""
+    def _submit_put(
+        self, path: str, data: bytes, deadline: float, here: bool = False
+    ) -> Future[None]:
+        """Put an encoded segment on the writer pool (``here``: on this thread, for the last
+        one of a caller that waits for them anyway: a small transaction's only segment then
+        costs no hand-over to a put thread and back); its bytes count as buffer memory."""
         self._accumulator.add_memory(len(data))
         store = self._metadata.store
 
@@ -329,7 +335,16 @@ class Sender:
             finally:
                 self._accumulator.release(len(data))
 
-        return self._put_pool().submit(put)
+        if not here:
+            return self._put_pool().submit(put)
+        done: Future[None] = Future()
+        try:
+            put()
+        except Exception as e:  # noqa: BLE001 - raised by _await_puts, in batch order
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+        return done
 
     def _put_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
