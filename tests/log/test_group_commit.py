@@ -542,10 +542,25 @@ def test_the_outcome_record_keeps_the_newest_versions_and_names_its_tip(root: Pa
     assert gc is not None
     for version in range(1, 41):
         gc._write_record(version, {f"i{version}": [None, "", None]})
-    body = json.loads(wh.store.get(outcomes_key("t")).data)
+    data = wh.store.get(outcomes_key("t")).data
+    body = json.loads(data)
     assert [r["version"] for r in body["rounds"]] == list(range(41 - OUTCOME_RECORD_VERSIONS, 41))
     assert body["tip"] == 40
     assert OUTCOME_RECORD_VERSIONS <= 16
+    # Canonical (sorted keys, no whitespace, ASCII: what a waiting writer's byte search
+    # relies on), also after merging rounds another committer wrote and a non-ASCII message.
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert data == canonical
+    other = warehouse(root).table("t").group_commit
+    assert other is not None
+    other._write_record(41, {"x" * 32: ["KafkaError", "übel \"quoted\"", None]})
+    gc._write_record(42, {"y" * 32: [None, "", {"baseOffsets": [3], "duplicates": [False]}]})
+    data = wh.store.get(outcomes_key("t")).data
+    body = json.loads(data)
+    assert data == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert [r["version"] for r in body["rounds"]][-3:] == [40, 41, 42]
+    assert body["rounds"][-2]["intents"] == {"x" * 32: ["KafkaError", 'übel "quoted"', None]}
+    assert body["tip"] == 42
 
 
 def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(

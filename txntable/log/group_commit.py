@@ -176,10 +176,13 @@ class GroupCommitConfig:
     timeout_ms: int = config.COMMIT_TIMEOUT_MS_DEFAULT
 
 
+_CANONICAL: dict[str, Any] = {"sort_keys": True, "separators": (",", ":")}
+
+
 def _unique_json(body: dict[str, Any]) -> bytes:
     """JSON of a CAS object with a fresh ``writeId``: equal bytes are always our own write."""
     body = {**body, "writeId": uuid.uuid4().hex}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(body, **_CANONICAL).encode()
 
 
 # --- the lease ---------------------------------------------------------------------------
@@ -415,6 +418,9 @@ class GroupCommit:
         #: [error, message, result]}, and its etag (None: not known).
         self._record: dict[int, dict[str, list[Any]]] = {}
         self._record_etag: str | None = None
+        #: Each round's JSON in the record, with the outcomes it was made of: a round is
+        #: encoded once, not at each of the 16 writes that carry it.
+        self._round_json: dict[int, tuple[dict[str, list[Any]], str]] = {}
         self._recorder: ThreadPoolExecutor | None = None
         #: The newest version this handle knows exists (from the outcome record).
         self._tip_hint = -1
@@ -925,15 +931,7 @@ class GroupCommit:
             newest = max(self._record)
             for v in [v for v in self._record if v <= newest - OUTCOME_RECORD_VERSIONS]:
                 del self._record[v]
-            data = _unique_json(
-                {
-                    "version": OUTCOMES_FORMAT_VERSION,
-                    "rounds": [
-                        {"version": v, "intents": d} for v, d in sorted(self._record.items())
-                    ],
-                    "tip": max(self._record),
-                }
-            )
+            data = self._record_json()
             try:
                 if self._record_etag is None:
                     self._record_etag = self.table.store.put_if_absent(key, data)
@@ -957,6 +955,24 @@ class GroupCommit:
             except (StorageError, OSError, ValueError, KeyError, TypeError) as e:
                 _log.info("outcome record not merged (%s): followers read the log", e)
                 return
+
+    def _record_json(self) -> bytes:
+        """The record's canonical JSON (as :func:`_unique_json` writes it: sorted keys, no
+        whitespace, a fresh ``writeId``), from each round's JSON made once."""
+        rounds = []
+        for v, decided in sorted(self._record.items()):
+            made = self._round_json.get(v)
+            if made is None or made[0] is not decided:
+                text = json.dumps({"intents": decided, "version": v}, **_CANONICAL)
+                made = self._round_json[v] = (decided, text)
+            rounds.append(made[1])
+        for v in [v for v in self._round_json if v not in self._record]:
+            del self._round_json[v]
+        tip, write_id = max(self._record), uuid.uuid4().hex
+        return (
+            f'{{"rounds":[{",".join(rounds)}],"tip":{tip},'
+            f'"version":{OUTCOMES_FORMAT_VERSION},"writeId":"{write_id}"}}'
+        ).encode()
 
     def _list_intents(self, keys: list[str] | None = None) -> _Listing:
         """LIST the intents (unless ``keys`` were listed) and read the ones not read yet

@@ -188,6 +188,8 @@ def _leading_bytes(column: pa.ChunkedArray, size: int) -> pa.Buffer | bytes | No
         width = np.dtype(np.int64)
     else:
         return None
+    if column.nbytes < size:  # its values are fewer bytes still (a small transaction's)
+        return None
     pieces: list[pa.Buffer] = []
     wanted = size
     for chunk in column.chunks:
@@ -223,8 +225,14 @@ def _is_header_key(path: str) -> bool:
 def empty_headers(n: int) -> pa.Array:
     """A headers column of ``n`` empty lists (what a record sent without headers holds)."""
     offsets = pa.py_buffer(np.zeros(n + 1, dtype=np.int32).tobytes())
-    empty = pa.array([], HEADERS_TYPE.value_type)
-    return pa.ListArray.from_buffers(HEADERS_TYPE, n, [None, offsets], children=[empty])
+    return pa.ListArray.from_buffers(HEADERS_TYPE, n, [None, offsets], children=[_no_headers()])
+
+
+@lru_cache(maxsize=1)
+def _no_headers() -> pa.Array:
+    """The (shared, immutable) child of :func:`empty_headers`: building it was most of the
+    column's cost, paid at every seal. Made on first use: ``pa.array`` imports pandas."""
+    return pa.array([], HEADERS_TYPE.value_type)
 
 
 def record_sizes(table: pa.Table) -> np.ndarray:
