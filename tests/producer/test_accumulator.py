@@ -17,7 +17,7 @@ import pytest
 from txntable import Warehouse
 from txntable.errors import BufferExhaustedError, InternalError, TxnTableError
 from txntable.producer import accumulator as accumulator_module
-from txntable.producer.accumulator import ProducerBatch, RecordAccumulator, Round
+from txntable.producer.accumulator import ProducerBatch, RecordAccumulator, Round, timestamp_range
 from txntable.producer.futures import FutureRecordMetadata, FutureSendBatch, ProduceResult
 from txntable.producer.metadata import ProducerMetadata
 from txntable.producer.partitioner import partition_for_key
@@ -359,3 +359,17 @@ def test_each_thread_keeps_one_segment_scratch_buffer_up_to_scratch_max() -> Non
     assert last is grown
     mine = accumulator_module.segment_scratch(1000)
     assert mine is not small and mine is not grown  # one buffer per thread
+
+
+def test_a_segments_timestamp_range_covers_every_chunk_and_only_its_rows() -> None:
+    # A segment's rows are chunks of the runs it was cut from: slices that start inside a
+    # run, and empty ones; minTimestamp / maxTimestamp must bound exactly those rows.
+    rows = to_record_table(
+        {"key": [b"k"] * 6, "value": [b"v"] * 6, "timestamp": [50, 30, 90, 10, 70, 20]},
+        now=1_000,
+    )
+    assert timestamp_range(rows) == (10, 90)
+    cut = pa.concat_tables([rows.slice(1, 2), rows.slice(0, 0), rows.slice(4, 1)])
+    assert cut.column("timestamp").num_chunks == 3
+    assert timestamp_range(cut) == (30, 90)
+    assert timestamp_range(rows.slice(4, 2)) == (20, 70)

@@ -317,6 +317,8 @@ class ProducerBatch:
 
     def table(self) -> pa.Table:
         """The records, in offset order (zero-copy: chunks of the runs' tables)."""
+        if len(self.runs) == 1:
+            return self.runs[0].table
         return pa.concat_tables([r.table for r in self.runs])
 
     def results(self) -> set[ProduceResult]:
@@ -340,8 +342,14 @@ class ProducerBatch:
 
 def timestamp_range(table: pa.Table) -> tuple[int, int]:
     """Smallest and largest timestamp of a non-empty segment table, in milliseconds."""
-    bounds = pc.min_max(table.column("timestamp").cast(pa.int64()))
-    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+    column = table.column("timestamp")
+    if column.null_count:  # not in a segment table; the compute kernels skip nulls
+        bounds = pc.min_max(column.cast(pa.int64()))
+        return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+    # numpy on the values themselves: two compute calls and a cast cost a small segment
+    # more than the work.
+    chunks = [c.to_numpy(zero_copy_only=True).view(np.int64) for c in column.chunks if len(c)]
+    return int(min(c.min() for c in chunks)), int(max(c.max() for c in chunks))
 
 
 def choose_partitions(
