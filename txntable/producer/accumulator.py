@@ -193,13 +193,11 @@ class RecordColumns:
         else:
             header_column = empty_headers(n)
         timestamps = _joined([t.stamps() for t in parts], np.int64)
-        table = pa.table(
-            {
-                "key": pa.array(keys, pa.binary()),
-                "value": pa.array(values, pa.binary()),
-                "headers": header_column,
-                "timestamp": pa.array(timestamps, TIMESTAMP_TYPE),
-            },
+        # The timestamps' own memory as the column, and the table from arrays in schema
+        # order: each is a fraction of its general counterpart's cost, paid at every seal.
+        stamps = pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(timestamps)])
+        table = pa.Table.from_arrays(
+            [pa.array(keys, pa.binary()), pa.array(values, pa.binary()), header_column, stamps],
             schema=SEGMENT_SCHEMA,
         )
         return table, timestamps, explicit_partitions(parts), bases
