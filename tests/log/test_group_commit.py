@@ -236,8 +236,10 @@ def test_a_lapsed_lease_is_taken_over_by_a_waiting_writer(root: Path) -> None:
     assert lapsed is not None
     gc = table.group_commit
     assert gc is not None
+    segment = _segment(wh, table, 1)  # first: cold, it can outlast the hint set next
     gc._seen = LeaseState(lapsed.owner, lapsed.epoch, now_ms() + 200, lapsed.etag)
-    result, _ = table.submit(AppendOp((_segment(wh, table, 1),)))
+    result, _ = table.submit(AppendOp((segment,)))
+    assert (gc.stats["followed"], gc.stats["direct"]) == (1, 0)
     assert result.base_offsets == [0]
     lease = Lease(table, "someone", 1000).read()
     assert lease is not None and lease.owner == gc.id and lease.epoch == lapsed.epoch + 1
