@@ -991,18 +991,42 @@ class GroupCommit:
         return sorted(self.table.store.list(intents_prefix(self.table.log.root)))
 
     def _pending(self, listed: _Listing, mine: Intent | None) -> list[Intent]:
-        """The listed intents still undecided, oldest first; deletes the decided ones."""
+        """The listed intents still undecided, oldest first; deletes the decided ones.
+
+        A committer that finds none eligible while one was written on a version it heard of
+        but has not read catches its handle up and sorts them again: a follower's handle
+        stops at the version it last read, and its intent is written on the outcome record's
+        newest version, so on the handle's snapshot every such intent is from the future. A
+        committer that found them all so would decide none and idle out, and the writer that
+        took over the lapsed lease to decide its intent would take it again at its next
+        stall, to its deadline. (When some intent is eligible the round goes on: a version
+        put on a stale snapshot loses its race, and the handle refreshes then.)
+        """
         snap = self.table.snapshot(refresh=False)
         self._intents.update(listed.read)
         present = set(listed.keys)
         for key in [k for k in self._intents if k not in present]:
             del self._intents[key]  # deleted by someone: decided or given up
-        out: list[Intent] = []
-        done: list[str] = []
+        done: dict[str, None] = {}
         for key in listed.keys:
             intent_id = intent_id_of(key)
             if key not in self._intents and intent_id is not None and intent_id in snap.intents:
-                done.append(key)  # decided, and not deleted yet (or its delete failed)
+                done[key] = None  # decided, and not deleted yet (or its delete failed)
+        out = self._sort_out(snap, done)
+        if not out and not (mine is not None and eligible(mine, snap)) and self._heard_ahead(mine):
+            snap = self._snapshot(behind_ok=0)
+            out = self._sort_out(snap, done)
+        for key in done:
+            self._intents.pop(key, None)
+        self._delete(list(done))
+        if mine is not None and all(i.id != mine.id for i in out) and eligible(mine, snap):
+            out.insert(0, mine)
+        return out[: self.cfg.max_round_intents]
+
+    def _sort_out(self, snap: TableSnapshot, done: dict[str, None]) -> list[Intent]:
+        """The read intents eligible on ``snap``, oldest first; adds to ``done`` those it
+        decided or whose window it passed (never decided now)."""
+        out: list[Intent] = []
         for key, intent in sorted(self._intents.items()):
             if intent is None:
                 continue
@@ -1011,36 +1035,17 @@ class GroupCommit:
             elif intent.id in snap.intents or (
                 intent.base_version <= snap.version - INTENT_WINDOW_VERSIONS
             ):
-                done.append(key)  # decided, or past its window: never decided now
-        for key in done:
-            self._intents.pop(key, None)
-        self._delete(done)
-        if not out and not (mine is not None and eligible(mine, snap)):
-            out = self._after_catching_up(mine)
-            snap = self.table.snapshot(refresh=False)
-        if mine is not None and all(i.id != mine.id for i in out) and eligible(mine, snap):
-            out.insert(0, mine)
-        return out[: self.cfg.max_round_intents]
+                done[key] = None
+        return out
 
-    def _after_catching_up(self, mine: Intent | None) -> list[Intent]:
-        """The eligible intents once this handle read the log up to the newest version it
-        heard of, if some intent was written on a version after this handle's (else none).
-
-        A follower's handle stops at the version it last read, and its intent is written on
-        the outcome record's newest version: such an intent is not eligible on the handle's
-        snapshot. A committer that found every intent so would decide none and idle out, and
-        the writer that took over the lapsed lease to decide its intent would take it again
-        at its next stall, to its deadline. (When some intent is eligible the round goes on:
-        a version put on a stale snapshot loses its race and the handle refreshes then.)
-        """
-        snap = self.table.snapshot(refresh=False)
+    def _heard_ahead(self, mine: Intent | None) -> bool:
+        """Whether an intent (read, or this writer's own) was written on a version this
+        handle heard of (the outcome record's newest) but has not read."""
+        version = self.table.snapshot(refresh=False).version
         bases = [i.base_version for i in self._intents.values() if i is not None]
         if mine is not None:
             bases.append(mine.base_version)
-        if not any(snap.version < base <= self._tip_hint for base in bases):
-            return []
-        snap = self._snapshot(behind_ok=0)
-        return [i for _, i in sorted(self._intents.items()) if i is not None and eligible(i, snap)]
+        return any(version < base <= self._tip_hint for base in bases)
 
     def _read_intents(self, keys: list[str]) -> dict[str, Intent | None]:
         """The intents of ``keys``: decoded from the key when it carries the body, else
