@@ -34,7 +34,7 @@ from txntable.log.group_commit import (
 )
 from txntable.protocol.append import PendingBatch, plan_append
 from txntable.protocol.records import encode_segment
-from txntable.protocol.sequencing import AppendOp, Intent
+from txntable.protocol.sequencing import AppendOp, Intent, RoundItem, RoundPlan
 from txntable.storage.base import StoredObject, StoreWrapper
 from txntable.storage.local import LocalStore
 from txntable.storage.wrappers import CountingStore, LatencyStore
@@ -543,7 +543,7 @@ def test_the_outcome_record_keeps_the_newest_versions_and_names_its_tip(root: Pa
     gc = table.group_commit
     assert gc is not None
     for version in range(1, 41):
-        gc._write_record(version, {f"i{version}": [None, "", None]})
+        gc._write_record({version: {f"i{version}": [None, "", None]}})
     data = wh.store.get(outcomes_key("t")).data
     body = json.loads(data)
     assert [r["version"] for r in body["rounds"]] == list(range(41 - OUTCOME_RECORD_VERSIONS, 41))
@@ -555,14 +555,66 @@ def test_the_outcome_record_keeps_the_newest_versions_and_names_its_tip(root: Pa
     assert data == canonical
     other = warehouse(root).table("t").group_commit
     assert other is not None
-    other._write_record(41, {"x" * 32: ["KafkaError", "übel \"quoted\"", None]})
-    gc._write_record(42, {"y" * 32: [None, "", {"baseOffsets": [3], "duplicates": [False]}]})
+    other._write_record({41: {"x" * 32: ["KafkaError", "übel \"quoted\"", None]}})
+    gc._write_record({42: {"y" * 32: [None, "", {"baseOffsets": [3], "duplicates": [False]}]}})
     data = wh.store.get(outcomes_key("t")).data
     body = json.loads(data)
     assert data == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert [r["version"] for r in body["rounds"]][-3:] == [40, 41, 42]
     assert body["rounds"][-2]["intents"] == {"x" * 32: ["KafkaError", 'übel "quoted"', None]}
     assert body["tip"] == 42
+
+
+class _HeldRecordWrites(StoreWrapper):
+    """Holds every write of the outcome record until ``release`` is set; keeps what each wrote."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+        self.holding = threading.Event()
+        self.written: list[list[int]] = []
+
+    def _hold(self, key: str, data: bytes) -> None:
+        if key == outcomes_key("t"):
+            self.holding.set()
+            assert self.release.wait(10)
+            self.written.append([r["version"] for r in json.loads(data)["rounds"]])
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        self._hold(key, data)
+        return self.inner.put_if_absent(key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._hold(key, data)
+        return self.inner.put_if_match(key, data, etag)
+
+
+def test_rounds_decided_during_a_slow_record_write_are_recorded_by_one_write(root: Path) -> None:
+    """The record is written by one thread, one write at a time: rounds that land while a
+    write is slow are all in the next write, not one write each (issue 17: at W=16 the
+    slowest records landed ~116 ms after their version, queued behind each other)."""
+    store = _HeldRecordWrites(LocalStore(str(root)))
+    wh = Warehouse(store=store, group_commit=FAST)
+    table = wh.table("t")
+    gc = table.group_commit
+    assert gc is not None
+    snap = table.snapshot()
+
+    def decide(version: int) -> None:
+        intent = Intent(uuid.uuid4().hex, 0, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+        refused = InvalidProducerEpochError(f"refused in {version}")
+        plan = RoundPlan([], [], [refused], "WRITE", None, snap)
+        gc._publish([RoundItem.of_intent(intent, now_ms())], plan, version)
+
+    decide(1)
+    assert store.holding.wait(10)
+    for version in (2, 3, 4):
+        decide(version)
+    store.release.set()
+    assert gc._recorder is not None
+    gc._recorder.submit(lambda: None).result(10)  # one thread: the tasks before it are done
+    assert store.written == [[1], [1, 2, 3, 4]]
+    assert json.loads(store.get(outcomes_key("t")).data)["tip"] == 4
 
 
 def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(
@@ -577,7 +629,7 @@ def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(
     table = wh.table("t")
     writer = table.group_commit
     assert writer is not None
-    writer._write_record(7, {"a" * 32: [None, "", None]})
+    writer._write_record({7: {"a" * 32: [None, "", None]}})
     follower = warehouse(root).table("t").group_commit
     assert follower is not None
     mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
@@ -593,14 +645,15 @@ def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(
     assert parsed == [] and follower._tip_hint == 7
     # Decided in round 8 (refused), with other writers' outcomes around it in rounds 8 and 9.
     writer._write_record(
-        8,
         {
-            "c" * 32: [None, "", None],
-            mine.id: ["InvalidProducerEpochError", 'epoch 2 "fenced": by 3', None],
-            "d" * 32: [None, "", None],
-        },
+            8: {
+                "c" * 32: [None, "", None],
+                mine.id: ["InvalidProducerEpochError", 'epoch 2 "fenced": by 3', None],
+                "d" * 32: [None, "", None],
+            }
+        }
     )
-    writer._write_record(9, {"e" * 32: [None, "", None]})
+    writer._write_record({9: {"e" * 32: [None, "", None]}})
     found, tip = follower._from_record(mine)
     assert found == ("InvalidProducerEpochError", 'epoch 2 "fenced": by 3', None, 8)
     assert tip == 9 and parsed == []
