@@ -664,6 +664,46 @@ def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(
     assert len(parsed) == 1
 
 
+def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record says when it was written (``writtenMs``): a waiting writer learns the usual
+    gap between writes and does not look again before the next one is due, as a look before
+    it finds the record unchanged (issue 17: at W=256 rounds came ~0.45 s apart and waiting
+    writers read the record ~5 times per transaction). Never longer than 1.5 gaps (a
+    committer's clock ahead of the writer's) nor than the limit it is given; the usual poll
+    once the write is overdue, or where the record does not say when it was written."""
+    clock = [1_000_000]
+    monkeypatch.setattr(group_commit, "now_ms", lambda: clock[0])
+    wh = warehouse(root)
+    table = wh.table("t")
+    writer = table.group_commit
+    follower = warehouse(root).table("t").group_commit
+    assert writer is not None and follower is not None
+    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    writer._write_record({7: {"a" * 32: [None, "", None]}})
+    assert json.loads(wh.store.get(outcomes_key("t")).data)["writtenMs"] == 1_000_000
+    assert follower._from_record(mine) == (None, 7)
+    assert follower._next_look(0.01, 10) == 0.01  # one write seen: no gap known yet
+    clock[0] += 800
+    writer._write_record({8: {"c" * 32: [None, "", None]}, 9: {"d" * 32: [None, "", None]}})
+    assert follower._from_record(mine) == (None, 9)  # 400 ms per version
+    clock[0] += 50
+    assert follower._next_look(0.01, 10) == pytest.approx(0.35)
+    assert follower._next_look(0.5, 10) == 0.5  # never sooner than the poll
+    assert follower._next_look(0.01, 0.2) == 0.2
+    clock[0] -= 750  # the committer's clock ahead of this writer's by 750 ms
+    assert follower._next_look(0.01, 10) == pytest.approx(0.6)
+    clock[0] += 750 + 400  # overdue
+    assert follower._next_look(0.01, 10) == 0.01
+    # The same bytes again teach nothing; an older client's record (no writtenMs): the poll.
+    assert follower._from_record(mine) == (None, 9)
+    old = {"version": 1, "rounds": [{"version": 10, "intents": {}}], "tip": 10, "writeId": "w"}
+    wh.store.put(outcomes_key("t"), json.dumps(old).encode())
+    assert follower._from_record(mine) == (None, 10)
+    assert follower._next_look(0.01, 10) == 0.01
+
+
 def test_solo_writers_of_many_tables_share_the_threads_that_look_for_committers(
     tmp_path: Path,
 ) -> None:
