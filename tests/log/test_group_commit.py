@@ -672,7 +672,8 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     it finds the record unchanged (issue 17: at W=256 rounds came ~0.45 s apart and waiting
     writers read the record ~5 times per transaction). Never longer than 1.5 gaps (a
     committer's clock ahead of the writer's) nor than the limit it is given; the usual poll
-    once the write is overdue, or where the record does not say when it was written."""
+    once the write is overdue, or where the record does not say when it was written; a stall
+    raises the gap by a bounded step."""
     clock = [1_000_000]
     monkeypatch.setattr(group_commit, "now_ms", lambda: clock[0])
     wh = warehouse(root)
@@ -696,11 +697,17 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     assert follower._next_look(0.01, 10) == pytest.approx(0.6)
     clock[0] += 750 + 400  # overdue
     assert follower._next_look(0.01, 10) == 0.01
-    # The same bytes again teach nothing; an older client's record (no writtenMs): the poll.
-    assert follower._from_record(mine) == (None, 9)
-    old = {"version": 1, "rounds": [{"version": 10, "intents": {}}], "tip": 10, "writeId": "w"}
-    wh.store.put(outcomes_key("t"), json.dumps(old).encode())
+    # A record after a stall (or an idle table) counts as twice the usual gap at most.
+    clock[0] += 10_000
+    writer._write_record({10: {"e" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 10)
+    assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
+    # The same bytes again teach nothing; an older client's record (no writtenMs): the poll.
+    assert follower._from_record(mine) == (None, 10)
+    assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
+    old = {"version": 1, "rounds": [{"version": 11, "intents": {}}], "tip": 11, "writeId": "w"}
+    wh.store.put(outcomes_key("t"), json.dumps(old).encode())
+    assert follower._from_record(mine) == (None, 11)
     assert follower._next_look(0.01, 10) == 0.01
 
 

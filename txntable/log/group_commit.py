@@ -1190,6 +1190,9 @@ class GroupCommit:
         The first look waits about as long as deciding took the last times.
         """
         started = time.monotonic()
+        # The gaps between the record's writes are learned within a wait: a table left idle
+        # between two transactions says nothing of how often rounds come.
+        self._record_written = None
         # Help when nothing moves for the patience (the committer is gone), or after a long wait
         # however busy the committer looks (it may not see the intent); a slow committer
         # is not helped: helping adds work where time is short.
@@ -1285,9 +1288,11 @@ class GroupCommit:
             return
         if seen is not None and tip > seen[0] and written_ms >= seen[1]:
             gap = (written_ms - seen[1]) / (tip - seen[0])
-            self._write_gap_ms = gap if self._write_gap_ms <= 0 else (
-                0.7 * self._write_gap_ms + 0.3 * gap
-            )
+            if self._write_gap_ms > 0:
+                # A stall counts as twice the usual gap at most: the committer was killed, or
+                # paused, and the next one writes as often as before.
+                gap = 0.7 * self._write_gap_ms + 0.3 * min(gap, 2 * self._write_gap_ms)
+            self._write_gap_ms = gap
         if seen is None or tip >= seen[0]:
             self._record_written = (tip, written_ms)
 
