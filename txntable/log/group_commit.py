@@ -304,11 +304,22 @@ _DIGITS = re.compile(rb"-?[0-9]+")
 _DIGITS_TEXT = re.compile(r"-?[0-9]+")
 
 
-def _record_tip(data: bytes, field: bytes = b'"tip":') -> int | None:
-    """The record's newest version from its ``tip`` field (or another top-level integer
-    ``field``, the last key of that name in the bytes), without parsing the record (a
+def _record_tip(data: bytes) -> int | None:
+    """The record's newest version from its ``tip`` field, without parsing the record (a
     waiting writer looks often; its own intent's id is absent from most looks), or ``None``
     when the field is missing (an older writer) or malformed."""
+    return _record_number(data, b'"tip":')
+
+
+def _record_written_ms(data: bytes) -> int | None:
+    """When the record was written (``writtenMs``), read the same way; ``None`` if it does
+    not say (an older writer)."""
+    return _record_number(data, b'"writtenMs":')
+
+
+def _record_number(data: bytes, field: bytes) -> int | None:
+    # The last occurrence is the top-level field: the record's keys are sorted and rounds
+    # come first; a string holding the name has its quotes escaped.
     at = data.rfind(field)
     if at < 0:
         return None
@@ -1362,7 +1373,7 @@ class GroupCommit:
         if tip is None:
             return None, -1
         if data != seen:
-            self._saw_written(tip, _record_tip(data, b'"writtenMs":'))
+            self._saw_written(tip, _record_written_ms(data))
         self._seen_record = (data, rounds, tip)
         self._tip_hint = max(self._tip_hint, tip)
         if found is None and rounds is not None:
