@@ -707,8 +707,8 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     # The same bytes again teach nothing.
     assert follower._from_record(mine) == (None, 10)
     assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
-    # Faster writes are taken at once (a gap learned across slow start-up rounds would
-    # otherwise hold for a while).
+    # Faster writes are taken at once (a gap learned across slow start-up rounds left
+    # writers looking seconds apart).
     clock[0] += 100
     writer._write_record({11: {"f" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 11)

@@ -1305,8 +1305,9 @@ class GroupCommit:
             if 0 < self._write_gap_ms < gap:
                 # Slower: a stall counts as twice the usual gap at most (the committer was
                 # killed, or paused, and the next one writes as often as before). Faster:
-                # taken at once, as looking too late costs latency and too early one read
-                # (a first gap measured across slow start-up rounds would hold for a while).
+                # taken at once, as looking too late costs latency and too early one read (a
+                # first gap measured across start-up's slow rounds left writers looking
+                # seconds apart while rounds came every 50 ms).
                 gap = 0.7 * self._write_gap_ms + 0.3 * min(gap, 2 * self._write_gap_ms)
             self._write_gap_ms = gap
         if seen is None or tip >= seen[0]:
