@@ -673,8 +673,7 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     writers read the record ~5 times per transaction). Never longer than 1.5 gaps (a
     committer's clock ahead of the writer's) nor than the limit it is given; the usual poll
     once the write is overdue, or where the record does not say when it was written; a stall
-    raises the gap by a bounded step, faster writes lower it at once; never more than
-    LOOK_POLLS_AT_MOST polls."""
+    raises the gap by a bounded step."""
     clock = [1_000_000]
     monkeypatch.setattr(group_commit, "now_ms", lambda: clock[0])
     wh = warehouse(root)
@@ -691,12 +690,11 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     writer._write_record({8: {"c" * 32: [None, "", None]}, 9: {"d" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 9)  # 400 ms per version
     clock[0] += 50
-    assert follower._next_look(0.1, 10) == pytest.approx(0.35)
+    assert follower._next_look(0.01, 10) == pytest.approx(0.35)
     assert follower._next_look(0.5, 10) == 0.5  # never sooner than the poll
-    assert follower._next_look(0.1, 0.2) == 0.2
-    assert follower._next_look(0.05, 10) == pytest.approx(0.2)  # LOOK_POLLS_AT_MOST polls
+    assert follower._next_look(0.01, 0.2) == 0.2
     clock[0] -= 750  # the committer's clock ahead of this writer's by 750 ms
-    assert follower._next_look(0.2, 10) == pytest.approx(0.6)
+    assert follower._next_look(0.01, 10) == pytest.approx(0.6)
     clock[0] += 750 + 400  # overdue
     assert follower._next_look(0.01, 10) == 0.01
     # A record after a stall (or an idle table) counts as twice the usual gap at most.
@@ -704,19 +702,12 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     writer._write_record({10: {"e" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 10)
     assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
-    # The same bytes again teach nothing.
+    # The same bytes again teach nothing; an older client's record (no writtenMs): the poll.
     assert follower._from_record(mine) == (None, 10)
     assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
-    # Faster writes are taken at once (a gap learned across slow start-up rounds left
-    # writers looking seconds apart).
-    clock[0] += 100
-    writer._write_record({11: {"f" * 32: [None, "", None]}})
-    assert follower._from_record(mine) == (None, 11)
-    assert follower._write_gap_ms == 100
-    # An older client's record (no writtenMs): the poll.
-    old = {"version": 1, "rounds": [{"version": 12, "intents": {}}], "tip": 12, "writeId": "w"}
+    old = {"version": 1, "rounds": [{"version": 11, "intents": {}}], "tip": 11, "writeId": "w"}
     wh.store.put(outcomes_key("t"), json.dumps(old).encode())
-    assert follower._from_record(mine) == (None, 12)
+    assert follower._from_record(mine) == (None, 11)
     assert follower._next_look(0.01, 10) == 0.01
 
 

@@ -138,9 +138,6 @@ DECIDE_S_MAX_HELPS = 10
 #: saw it; 0.7 and 1/8 ~15 ms, for as many looks per transaction).
 FOLLOWER_FIRST_LOOK = 0.7
 FOLLOWER_LOOKS_PER_DECISION = 8
-#: A waiting writer that waits for the outcome record's next write looks again after at most
-#: this many polls (half its usual wait for a decision, as a poll is an eighth of it).
-LOOK_POLLS_AT_MOST = 4
 #: A waiting writer that saw the outcome record stand still for this many of its usual
 #: waits for a decision (at least help_ms / 4, at most 0.9 of its patience: before it would
 #: help) reads the lease once: a committer that stepped down (closed, or idle) or whose
@@ -1302,12 +1299,9 @@ class GroupCommit:
             return
         if seen is not None and tip > seen[0] and written_ms >= seen[1]:
             gap = (written_ms - seen[1]) / (tip - seen[0])
-            if 0 < self._write_gap_ms < gap:
-                # Slower: a stall counts as twice the usual gap at most (the committer was
-                # killed, or paused, and the next one writes as often as before). Faster:
-                # taken at once, as looking too late costs latency and too early one read (a
-                # first gap measured across start-up's slow rounds left writers looking
-                # seconds apart while rounds came every 50 ms).
+            if self._write_gap_ms > 0:
+                # A stall counts as twice the usual gap at most: the committer was killed, or
+                # paused, and the next one writes as often as before.
                 gap = 0.7 * self._write_gap_ms + 0.3 * min(gap, 2 * self._write_gap_ms)
             self._write_gap_ms = gap
         if seen is None or tip >= seen[0]:
@@ -1318,14 +1312,13 @@ class GroupCommit:
         the record's next write is not due before then (its last write's ``writtenMs`` plus
         the usual gap between writes): a look before it finds the record unchanged (at W=256
         rounds came ~0.45 s apart and waiting writers looked ~3 times per round). At most
-        1.5 gaps (a committer whose clock is ahead of this writer's), ``LOOK_POLLS_AT_MOST``
-        polls (a gap learned wrong costs that much latency at most) and ``longest``."""
+        1.5 gaps (a committer whose clock is ahead of this writer's) and ``longest``."""
         seen = self._record_written
         gap_ms = self._write_gap_ms
         if seen is None or gap_ms <= 0:
             return poll
         due = (seen[1] + gap_ms - now_ms()) / 1000
-        return max(poll, min(due, 1.5 * gap_ms / 1000, LOOK_POLLS_AT_MOST * poll, longest))
+        return max(poll, min(due, 1.5 * gap_ms / 1000, longest))
 
     def _patience(self) -> float:
         """How long nothing may move before a waiting writer reads the log and helps:
