@@ -711,6 +711,24 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     assert follower._next_look(0.01, 10) == 0.01
 
 
+def test_a_waiting_writer_learns_the_record_gap_within_its_own_wait(root: Path) -> None:
+    """The record a writer read during its last wait (seconds ago, on an idle table) is no
+    sample of how often rounds come: a new wait starts without it, so a first look that
+    finds the outcome teaches no gap."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    writer = table.group_commit
+    follower = warehouse(root).table("t").group_commit
+    assert writer is not None and follower is not None
+    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    follower._record_written = (3, now_ms() - 10_000)  # what its last wait saw
+    writer._write_record({7: {mine.id: ["InvalidProducerEpochError", "fenced", None]}})
+    decided = follower._await(mine, time.monotonic() + 10)
+    assert decided == ("InvalidProducerEpochError", "fenced", None, 7)
+    assert follower._write_gap_ms == 0
+    assert follower._record_written is not None and follower._record_written[0] == 7
+
+
 def test_solo_writers_of_many_tables_share_the_threads_that_look_for_committers(
     tmp_path: Path,
 ) -> None:
