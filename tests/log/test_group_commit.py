@@ -617,6 +617,20 @@ def test_rounds_decided_during_a_slow_record_write_are_recorded_by_one_write(roo
     assert json.loads(store.get(outcomes_key("t")).data)["tip"] == 4
 
 
+def _record_writer_and_follower(
+    root: Path,
+) -> tuple[Warehouse, group_commit.GroupCommit, group_commit.GroupCommit, Intent]:
+    """Two handles of ``t`` (one writes the outcome record, one reads it) and an intent of
+    the reader's on version 6, its segment written."""
+    wh = warehouse(root)
+    table = wh.table("t")
+    writer = table.group_commit
+    follower = warehouse(root).table("t").group_commit
+    assert writer is not None and follower is not None
+    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    return wh, writer, follower, mine
+
+
 def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -625,14 +639,8 @@ def test_a_waiting_writer_decodes_only_its_own_entry_of_the_record(
     holds every writer's outcomes of 16 rounds (issue 17: at W=64 parsing it was ~0.35 ms a
     look, and every waiting writer looks). The tip is learned either way; a record written
     without a tip (an older client) is parsed whole, as before."""
-    wh = warehouse(root)
-    table = wh.table("t")
-    writer = table.group_commit
-    assert writer is not None
+    wh, writer, follower, mine = _record_writer_and_follower(root)
     writer._write_record({7: {"a" * 32: [None, "", None]}})
-    follower = warehouse(root).table("t").group_commit
-    assert follower is not None
-    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
     parsed: list[bytes] = []
     real_parse = group_commit._parse_record
 
@@ -676,12 +684,7 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     raises the gap by a bounded step."""
     clock = [1_000_000]
     monkeypatch.setattr(group_commit, "now_ms", lambda: clock[0])
-    wh = warehouse(root)
-    table = wh.table("t")
-    writer = table.group_commit
-    follower = warehouse(root).table("t").group_commit
-    assert writer is not None and follower is not None
-    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    wh, writer, follower, mine = _record_writer_and_follower(root)
     writer._write_record({7: {"a" * 32: [None, "", None]}})
     assert json.loads(wh.store.get(outcomes_key("t")).data)["writtenMs"] == 1_000_000
     assert follower._from_record(mine) == (None, 7)
@@ -715,12 +718,7 @@ def test_a_waiting_writer_learns_the_record_gap_within_its_own_wait(root: Path) 
     """The record a writer read during its last wait (seconds ago, on an idle table) is no
     sample of how often rounds come: a new wait starts without it, so a first look that
     finds the outcome teaches no gap."""
-    wh = warehouse(root)
-    table = wh.table("t")
-    writer = table.group_commit
-    follower = warehouse(root).table("t").group_commit
-    assert writer is not None and follower is not None
-    mine = Intent("b" * 32, 6, AppendOp((_segment(wh, table, 0),)), None, now_ms())
+    wh, writer, follower, mine = _record_writer_and_follower(root)
     follower._record_written = (3, now_ms() - 10_000)  # what its last wait saw
     writer._write_record({7: {mine.id: ["InvalidProducerEpochError", "fenced", None]}})
     decided = follower._await(mine, time.monotonic() + 10)
