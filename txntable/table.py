@@ -506,6 +506,13 @@ class Table:
         plan, version = self.commit(build, transactional_id, timeout_ms)
         return plan.result, version
 
+    def expect_writes(self) -> None:
+        """This handle will commit appends or offset commits soon (a producer's): with group
+        commit, it looks for a live committer now, off the caller's path, so that its first
+        commit follows one instead of racing its rounds."""
+        if self.group_commit is not None:
+            self.group_commit.expect_writes()
+
     def submit(
         self, op: Operation, transactional_id: str | None = None, timeout_ms: int | None = None
     ) -> tuple[object, int]:

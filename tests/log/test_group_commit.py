@@ -209,6 +209,31 @@ def test_a_solo_writers_look_for_a_committer_is_off_its_commit_path(root: Path) 
         release.set()
 
 
+def test_a_producer_that_opens_a_busy_table_follows_its_committer_from_its_first_commit(
+    root: Path,
+) -> None:
+    """Opening a table to write it looks for a committer (in the background): the first
+    commit is an intent, not a direct attempt that would race the committer's rounds (lose,
+    read the versions it missed, read the lease; or win and make the round lose)."""
+    wh = warehouse(root)
+    held = Lease(wh.table("t"), "dead" * 8, 60_000).take(None)  # live, commits nothing
+    assert held is not None
+    producer = Producer(wh, linger_ms=0, auto_maintenance=False)
+    try:
+        table = producer.metadata.table("t")
+        gc = table.group_commit
+        assert gc is not None
+        assert _eventually(lambda: gc._seen is not None)
+        assert gc._seen is not None and gc._seen.owner == held.owner
+        meta = producer.send("t", value=b"v", partition=0).get(timeout=30)
+        assert (meta.partition, meta.offset) == (0, 0)
+        # It followed the lease (and helped: its owner commits nothing); no direct attempt.
+        assert (gc.stats["direct"], gc.stats["followed"]) == (0, 1)
+        assert table.log.stats.conflicts == 0
+    finally:
+        producer.close()
+
+
 def test_an_operation_only_this_writer_can_plan_does_not_look_for_a_committer(
     root: Path,
 ) -> None:

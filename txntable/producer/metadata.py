@@ -54,6 +54,7 @@ class ProducerMetadata:
         if table is None:
             table = self.warehouse.table(name)
             table.snapshot()
+            table.expect_writes()
             self._tables[name] = table  # only once loaded: a failed load is tried again
         return table
 
@@ -131,6 +132,7 @@ class ProducerMetadata:
         if table is None:
             table = open_group_table(self.store, group_id)
             assert table is not None
+            table.expect_writes()
             self._groups[group_id] = table
         return table
 
