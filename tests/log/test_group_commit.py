@@ -752,6 +752,53 @@ def test_a_waiting_writer_learns_the_record_gap_within_its_own_wait(root: Path) 
     assert follower._record_written is not None and follower._record_written[0] == 7
 
 
+def test_a_follower_learns_its_committers_renewals_from_the_record(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committer's records say until when its lease runs: a follower whose copy of the
+    lease expired by its first reading follows on without reading the lease again (issue
+    17: at W=256 those reads were ~0.23 requests per transaction). A record without the
+    lease (a helper's), or of another epoch, extends nothing; once the record's expiry
+    passes too, the follower reads the lease as before."""
+    clock = [1_000_000]
+    monkeypatch.setattr(group_commit, "now_ms", lambda: clock[0])
+    wh, writer, follower, mine = _record_writer_and_follower(root)
+    held = writer.lease.take(None)  # expires at 1_001_000 (FAST: lease_ms 1000)
+    assert held is not None
+    writer._held = held
+    follower._seen = follower.lease.read()
+    assert follower._seen == held
+    clock[0] += 800
+    renewed = writer.lease.renew(held)
+    assert renewed is not None and renewed.expires_ms == 1_001_800
+    writer._held = renewed
+    writer._write_record({7: {"a" * 32: [None, "", None]}})
+    data = wh.store.get(outcomes_key("t")).data
+    body = json.loads(data)
+    assert body["lease"] == {"epoch": 0, "expiresMs": 1_001_800, "owner": writer.id}
+    assert data == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert follower._from_record(mine) == (None, 7)
+    assert follower._seen is not None and follower._seen.expires_ms == 1_001_800
+    clock[0] += 500  # past the lease as the follower read it
+    with monkeypatch.context() as m:
+        m.setattr(follower.lease, "read", lambda: pytest.fail("the lease was read"))
+        assert follower._mode() == "follower"
+        # A helper's record (no lease) and one naming the next epoch extend nothing.
+        writer._held = None
+        writer._write_record({8: {"c" * 32: [None, "", None]}})
+        assert "lease" not in json.loads(wh.store.get(outcomes_key("t")).data)
+        assert follower._from_record(mine) == (None, 8)
+        writer._held = replace(renewed, epoch=1, expires_ms=1_009_000)
+        writer._write_record({9: {"d" * 32: [None, "", None]}})
+        assert follower._from_record(mine) == (None, 9)
+        assert follower._seen.expires_ms == 1_001_800
+    clock[0] += 600  # past the record's expiry too: the lease is read (renewed meanwhile)
+    again = writer.lease.renew(renewed)
+    assert again is not None
+    assert follower._mode() == "follower"
+    assert follower._seen == again
+
+
 def test_solo_writers_of_many_tables_share_the_threads_that_look_for_committers(
     tmp_path: Path,
 ) -> None:
