@@ -1252,7 +1252,8 @@ class GroupCommit:
             max(self.cfg.poll_ms / 1000, self._decide_s / FOLLOWER_LOOKS_PER_DECISION),
             patience / 2,
         )
-        time.sleep(min(self._decide_s * FOLLOWER_FIRST_LOOK, patience / 2))
+        # The first look at most a patience after the intent: help is not due before then.
+        time.sleep(min(self._decide_s * FOLLOWER_FIRST_LOOK, patience))
         record_tip = -1
         misses = 0
         skipped = 0
