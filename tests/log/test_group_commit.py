@@ -729,14 +729,20 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     clock[0] += 10_000
     writer._write_record({10: {"e" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 10)
-    assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
-    # The same bytes again teach nothing; an older client's record (no writtenMs): the poll.
+    assert follower._gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
+    # The same bytes again teach nothing. An older client's records (no writtenMs): the
+    # time of the look that saw each stands in, on this writer's clock — the first one
+    # (after a record on the committer's clock) teaches nothing, the next a gap.
     assert follower._from_record(mine) == (None, 10)
-    assert follower._write_gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
-    old = {"version": 1, "rounds": [{"version": 11, "intents": {}}], "tip": 11, "writeId": "w"}
-    wh.store.put(outcomes_key("t"), json.dumps(old).encode())
-    assert follower._from_record(mine) == (None, 11)
-    assert follower._next_look(0.01, 10) == 0.01
+    assert follower._gap_ms == pytest.approx(520)
+    for tip in (11, 13):
+        rounds = [{"version": tip, "intents": {}}]
+        old = {"version": 1, "rounds": rounds, "tip": tip, "writeId": "w"}
+        wh.store.put(outcomes_key("t"), json.dumps(old).encode())
+        assert follower._from_record(mine) == (None, tip)
+        assert follower._gap_ms == pytest.approx(520 if tip == 11 else 0.7 * 520 + 0.3 * 150)
+        assert follower._next_look(0.01, 10) == pytest.approx(follower._gap_ms / 1000)
+        clock[0] += 300
 
 
 def test_a_waiting_writer_learns_the_record_gap_within_its_own_wait(root: Path) -> None:
@@ -744,11 +750,11 @@ def test_a_waiting_writer_learns_the_record_gap_within_its_own_wait(root: Path) 
     sample of how often rounds come: a new wait starts without it, so a first look that
     finds the outcome teaches no gap."""
     wh, writer, follower, mine = _record_writer_and_follower(root)
-    follower._record_written = (3, now_ms() - 10_000)  # what its last wait saw
+    follower._record_written = (3, now_ms() - 10_000, True)  # what its last wait saw
     writer._write_record({7: {mine.id: ["InvalidProducerEpochError", "fenced", None]}})
     decided = follower._await(mine, time.monotonic() + 10)
     assert decided == ("InvalidProducerEpochError", "fenced", None, 7)
-    assert follower._write_gap_ms == 0
+    assert follower._gap_ms == 0
     assert follower._record_written is not None and follower._record_written[0] == 7
 
 
@@ -944,16 +950,16 @@ def test_a_waiting_writer_gives_a_slow_committer_a_few_of_its_usual_gaps(root: P
     gaps between versions, whichever is longer (at most half a lease), then helps."""
     cfg = replace(FAST, lease_ms=10_000)  # help_ms 150
     gc, mine = _behind_a_silent_committer(warehouse(root, cfg=cfg))
-    gc._gap_s = 0.4  # versions came 400 ms apart: patience 1.2 s
+    gc._gap_ms = 400  # versions came 400 ms apart: patience 1.2 s
     with pytest.raises(KafkaTimeoutError):
         gc._await(mine, time.monotonic() + 0.8)
     assert gc.stats["helps"] == 0
-    gc._gap_s = 0.02  # versions 20 ms apart (W=16): help_ms, as before
+    gc._gap_ms = 20  # versions 20 ms apart (W=16): help_ms, as before
     started = time.monotonic()
     error, _, result, version = gc._await(mine, time.monotonic() + 10)
     assert (error, version, result.base_offsets) == (None, 1, [0])
     assert gc.stats["helps"] == 1 and time.monotonic() - started < 1.1
-    gc._gap_s = 100.0  # never more than half a lease
+    gc._gap_ms = 100_000  # never more than half a lease
     assert gc._patience() == 5.0
 
 
@@ -981,7 +987,7 @@ def test_where_rounds_come_seconds_apart_a_waiting_writer_reads_no_lease_between
 
     thread = threading.Thread(target=rounds, daemon=True)
     thread.start()
-    gc._gap_s, gc._decide_s = 0.4, 1.5  # as learned: a patience of 1.2 s
+    gc._gap_ms, gc._decide_s = 400, 1.5  # as learned: a patience of 1.2 s
     started = time.monotonic()
     try:
         error, _, result, version = gc._await(mine, started + 10)
@@ -993,7 +999,7 @@ def test_where_rounds_come_seconds_apart_a_waiting_writer_reads_no_lease_between
     assert version >= 4 and time.monotonic() - started > 1.2
     assert gc.stats["stall_looks"] == 0
     # Where rounds come often the stall look is where it was: 0.9 help_ms at most.
-    gc._gap_s = 0.02
+    gc._gap_ms = 20
     assert gc._stall_s() == pytest.approx(0.135)
 
 
@@ -1079,13 +1085,13 @@ def test_where_rounds_come_seconds_apart_a_waiting_writer_looks_less_often(
             gc._await(mine, started + seconds)
         return [t - started for t in looks]
 
-    gc._gap_s, gc._decide_s = 0.8, 2.7  # rounds 0.8 s apart: patience 2.4 s
+    gc._gap_ms, gc._decide_s = 800, 2.7  # rounds 0.8 s apart: patience 2.4 s
     seen = looks_within(2.2)  # within the patience: it does not help
     assert 1.8 < seen[0] < 2.1  # 0.7 decide_s: not half a patience (1.2 s), nor help_ms / 2
     assert len(seen) <= 5  # then every decide_s / 8 (0.34 s), not every 0.075 s
     # Rounds 20 ms apart (W=16): the patience is help_ms, and the looks are as before.
     gc.cfg = replace(cfg, help_ms=1000)  # a patience of 1 s, past the 0.5 s watched
-    gc._gap_s, gc._decide_s = 0.02, 0.1
+    gc._gap_ms, gc._decide_s = 20, 0.1
     seen = looks_within(0.5)
     assert seen[0] < 0.3 and len(seen) >= 8  # from 0.7 decide_s, then every 12.5 ms
 

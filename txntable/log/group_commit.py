@@ -456,14 +456,13 @@ class GroupCommit:
         self._tip_hint = -1
         #: How long deciding this handle's last intents took (a moving average, seconds).
         self._decide_s = 0.0
-        #: The time between log versions as this handle's waits saw the record move (a
-        #: moving average, seconds).
-        self._gap_s = 0.0
-        #: The newest outcome record this handle read: its tip and ``writtenMs`` (the
-        #: writer's clock), and the usual time between its writes per version (a moving
-        #: average of ``writtenMs`` differences, ms; 0: not known yet).
-        self._record_written: tuple[int, int] | None = None
-        self._write_gap_ms = 0.0
+        #: The newest outcome record this handle read in its current wait: its tip, when it
+        #: was written (``writtenMs``, the committer's clock; the look's time, on this
+        #: handle's clock, for a record without it) and whether that is the committer's clock.
+        self._record_written: tuple[int, int, bool] | None = None
+        #: The usual time between log versions: a moving average of the record's write
+        #: times per version (ms; 0: not known yet). It times the looks and the patience.
+        self._gap_ms = 0.0
         #: The outcome record as last read, its parse (``None``: not parsed, it did not name
         #: the intent looked for) and its newest version (followers look often).
         self._seen_record: tuple[bytes, dict[int, dict[str, list[Any]]] | None, int] = (
@@ -1243,7 +1242,6 @@ class GroupCommit:
         # is not helped: helping adds work where time is short.
         patience = self._patience()
         help_at = started + patience * random.uniform(1, 1.5)
-        moved_at: float | None = None
         # Look about when a decision is due, then a few times per expected wait: each look
         # is a request (and many waiting writers' looks are CPU a busy committer lacks).
         # At most half a patience apart, so that a stall is seen in time (where rounds come
@@ -1267,12 +1265,6 @@ class GroupCommit:
                 return found
             if tip > record_tip:
                 now = time.monotonic()
-                if record_tip >= 0 and moved_at is not None:
-                    # A stall (a committer killed or paused) raises it too, until the next few
-                    # gaps: where versions come often, that is a fraction of a second.
-                    gap = (now - moved_at) / (tip - record_tip)
-                    self._gap_s = 0.7 * self._gap_s + 0.3 * gap
-                moved_at = now
                 misses += record_tip >= 0
                 record_tip = tip
                 # Rounds are being committed: a slow committer is not helped (helping adds
@@ -1326,21 +1318,22 @@ class GroupCommit:
             time.sleep(self._next_look(poll, patience / 2))
 
     def _saw_written(self, tip: int, written_ms: int | None) -> None:
-        """Learn the record's write times from a record that changed (written without
-        ``writtenMs`` by an older client: not known)."""
+        """Learn the usual gap between versions from a record that changed: from when it
+        was written, or, for a record without ``writtenMs`` (an older client's), from when
+        this handle saw it (a coarser sample: within one look). Two samples on different
+        clocks teach nothing."""
         seen = self._record_written
-        if written_ms is None:
-            self._record_written = None
-            return
-        if seen is not None and tip > seen[0] and written_ms >= seen[1]:
-            gap = (written_ms - seen[1]) / (tip - seen[0])
-            if self._write_gap_ms > 0:
+        committers = written_ms is not None
+        at = written_ms if written_ms is not None else now_ms()
+        if seen is not None and seen[2] == committers and tip > seen[0] and at >= seen[1]:
+            gap = (at - seen[1]) / (tip - seen[0])
+            if self._gap_ms > 0:
                 # A stall counts as twice the usual gap at most: the committer was killed, or
                 # paused, and the next one writes as often as before.
-                gap = 0.7 * self._write_gap_ms + 0.3 * min(gap, 2 * self._write_gap_ms)
-            self._write_gap_ms = gap
-        if seen is None or tip >= seen[0]:
-            self._record_written = (tip, written_ms)
+                gap = 0.7 * self._gap_ms + 0.3 * min(gap, 2 * self._gap_ms)
+            self._gap_ms = gap
+        if seen is None or seen[2] != committers or tip >= seen[0]:
+            self._record_written = (tip, at, committers)
 
     def _saw_lease(self, data: bytes) -> None:
         """A record written by the committer this handle follows says until when its lease
@@ -1363,7 +1356,7 @@ class GroupCommit:
         rounds came ~0.45 s apart and waiting writers looked ~3 times per round). At most
         1.5 gaps (a committer whose clock is ahead of this writer's) and ``longest``."""
         seen = self._record_written
-        gap_ms = self._write_gap_ms
+        gap_ms = self._gap_ms
         if seen is None or gap_ms <= 0:
             return poll
         due = (seen[1] + gap_ms - now_ms()) / 1000
@@ -1375,7 +1368,7 @@ class GroupCommit:
         that (at W=256 they took seconds, and every waiting writer read the versions it
         missed and listed the intents at each), at most half a lease."""
         help_s = self.cfg.help_ms / 1000
-        return max(help_s, min(PATIENCE_GAPS * self._gap_s, self.cfg.lease_ms / 2000))
+        return max(help_s, min(PATIENCE_GAPS * self._gap_ms / 1000, self.cfg.lease_ms / 2000))
 
     def _stall_s(self) -> float:
         """How long the outcome record may stand still before a waiting writer reads the
