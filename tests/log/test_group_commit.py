@@ -717,6 +717,9 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     clock[0] += 800
     writer._write_record({8: {"c" * 32: [None, "", None]}, 9: {"d" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 9)  # 400 ms per version
+    # The same gap sets the patience before helping: three gaps (help_ms 150 ms is shorter).
+    follower.cfg = replace(follower.cfg, lease_ms=10_000)
+    assert follower._patience() == pytest.approx(1.2)
     clock[0] += 50
     assert follower._next_look(0.01, 10) == pytest.approx(0.35)
     assert follower._next_look(0.5, 10) == 0.5  # never sooner than the poll
@@ -730,6 +733,7 @@ def test_a_waiting_writer_looks_again_when_the_records_next_write_is_due(
     writer._write_record({10: {"e" * 32: [None, "", None]}})
     assert follower._from_record(mine) == (None, 10)
     assert follower._gap_ms == pytest.approx(0.7 * 400 + 0.3 * 800)
+    assert follower._patience() == pytest.approx(3 * 0.52)  # not 3 x the 10 s stall's share
     # The same bytes again teach nothing. An older client's records (no writtenMs): the
     # time of the look that saw each stands in, on this writer's clock — the first one
     # (after a record on the committer's clock) teaches nothing, the next a gap.
