@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from tableutil import ReadFaultStore, batches_in_log, drain, is_log_version, log_versions, read_all
 
@@ -512,3 +513,34 @@ def test_sparse_partitions_timestamps_and_headers_stay_with_their_rows_across_th
         else:
             assert before <= got_stamp <= after
         assert got_headers == headers
+
+
+def test_one_send_batch_call_samples_key_and_value_once_for_all_its_segments(
+    wh: Warehouse, make_producer: MakeProducer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txntable.protocol import records
+
+    sampled: list[int] = []
+    codec = records._ZSTD
+
+    class CountingCodec:
+        def compress(self, data: object) -> pa.Buffer:
+            sampled.append(len(data))  # type: ignore[arg-type]
+            return codec.compress(data)
+
+    monkeypatch.setattr(records, "_ZSTD", CountingCodec())
+    wh.create_table("t", partitions=8)
+    rng = random.Random(5)
+    n = 8 * 1200  # ~1,200 rows per partition: each segment's key and value can be sampled
+    keys = [rng.randbytes(16) for _ in range(n)]
+    values = [rng.randbytes(100) for _ in range(n)]
+    p = make_producer(wh)
+    future = p.send_batch("t", {"key": keys, "value": values})
+    p.flush()
+    assert len(future.result(timeout=10).segments) == 8
+    assert sampled == [records.COMPRESSION_SAMPLE_BYTES] * 2  # the first segment's, not 16
+    paths = [b.path for _, b in batches_in_log(wh, "t")]
+    meta = [pq.ParquetFile(pa.BufferReader(wh.store.get(p).data)).metadata for p in paths]
+    codecs = {m.row_group(0).column(m.schema.names.index("value")).compression for m in meta}
+    assert codecs == {"UNCOMPRESSED"}
+    assert sorted(r[3] for r in read_back(wh, "t")) == sorted(values)

@@ -91,6 +91,23 @@ def test_a_column_smaller_than_the_sample_is_compressed() -> None:
     assert _codecs(encode_table(_table(rows + 2, 6)))["value"] == "UNCOMPRESSED"
 
 
+def test_decisions_given_for_the_same_rows_are_taken_without_a_sample_and_new_ones_added() -> None:
+    random_rows = _table(5000, 9)  # keys b"k0".. compress, 100 random bytes per value do not
+    samples: dict[str, bool] = {}
+    assert _codecs(encode_table(random_rows, None, samples))["value"] == "UNCOMPRESSED"
+    assert samples == {"key": True, "value": False}
+    # Text given with those decisions keeps them (a send_batch call's other segments).
+    text = to_record_table(
+        {"key": [b"k"] * 3000, "value": _text_values(3000, 10)}, now=1_700_000_000_000
+    )
+    assert _codecs(encode_table(text, None, samples))["value"] == "UNCOMPRESSED"
+    assert _codecs(encode_table(text, None, {}))["value"] == "ZSTD"
+    # A column too small to sample decides nothing for the segments after it.
+    small: dict[str, bool] = {}
+    encode_table(_table(COMPRESSION_SAMPLE_BYTES // 100 - 1, 11), None, small)
+    assert small == {}
+
+
 def test_the_sample_is_the_slice_given_across_chunks_not_the_buffers_beneath() -> None:
     text = to_record_table(
         {"key": [b"k"] * 3000, "value": _text_values(3000, 7)}, now=1_700_000_000_000

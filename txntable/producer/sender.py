@@ -35,6 +35,7 @@ from txntable.producer.accumulator import (
     segment_scratch,
     timestamp_range,
 )
+from txntable.producer.futures import ProduceResult
 from txntable.producer.metadata import ProducerMetadata
 from txntable.producer.retries import Retries
 from txntable.producer.transaction_manager import TransactionManager
@@ -276,11 +277,16 @@ class Sender:
         # on local disk) overlaps, and only this thread allocates Arrow memory.
         pending: list[PendingBatch] = []
         puts: list[Future[None]] = []
+        # Whether zstd pays for key and value, decided once per batch of the caller's (the
+        # segments of one send_batch call, one per partition, hold the same kind of data).
+        samples: dict[ProduceResult, dict[str, bool]] = {}
         try:
             last = len(batches) - 1
             for i, (batch, seq) in enumerate(zip(batches, sequences, strict=True)):
                 rows = segment_rows(batch) if typed else batch.table()
-                data = encode_table(rows, segment_scratch(encoding_room(rows)))
+                one = batch.runs[0].result if len(batch.runs) == 1 else None
+                known = None if one is None else samples.setdefault(one, {})
+                data = encode_table(rows, segment_scratch(encoding_room(rows)), known)
                 low, high = timestamp_range(rows)
                 path = table.segment_key(batch.partition, new_segment_name())
                 puts.append(self._submit_put(path, data, deadline, here=last_here and i == last))

@@ -94,7 +94,9 @@ def encode_segment(records: list[ProducerRecord]) -> bytes:
     return encode_table(table)
 
 
-def encode_table(table: pa.Table, scratch: pa.Buffer | None = None) -> bytes:
+def encode_table(
+    table: pa.Table, scratch: pa.Buffer | None = None, samples: dict[str, bool] | None = None
+) -> bytes:
     """Encode a table in :data:`SEGMENT_SCHEMA` (or :data:`MERGED_SEGMENT_SCHEMA`) as Parquet.
 
     zstd, but ``key`` and ``value`` only where a sample shows it pays (see
@@ -107,16 +109,20 @@ def encode_table(table: pa.Table, scratch: pa.Buffer | None = None) -> bytes:
             next (:func:`encoding_room` bytes): a fresh output stream grows by doubling
             into memory the allocator may just have returned to the OS, and faulting it in
             again costs. An encoding that does not fit is made afresh.
+        samples: Whether zstd pays for each sampled column, as decided for other segments
+            cut from the same rows (a ``send_batch`` call's 8 partitions: one sample per
+            column, not one per segment, which cost ~9% of such a call's time); a column
+            it lacks is sampled here and the decision added.
     """
     if scratch is not None:
         sink = pa.FixedSizeBufferWriter(scratch)
         try:
-            _write_parquet(table, sink)
+            _write_parquet(table, sink, samples)
         except OSError:  # larger than the buffer: encoded afresh below
             pass
         else:
             return scratch.slice(0, sink.tell()).to_pybytes()
-    return _encode_fresh(table)
+    return _encode_fresh(table, samples)
 
 
 def encoding_room(table: pa.Table) -> int:
@@ -126,9 +132,9 @@ def encoding_room(table: pa.Table) -> int:
     return table.nbytes + (1 << 20)
 
 
-def _encode_fresh(table: pa.Table) -> bytes:
+def _encode_fresh(table: pa.Table, samples: dict[str, bool] | None = None) -> bytes:
     sink = pa.BufferOutputStream()  # Arrow memory, not a Python buffer grown by realloc
-    _write_parquet(table, sink)
+    _write_parquet(table, sink, samples)
     return sink.getvalue().to_pybytes()
 
 
@@ -143,24 +149,35 @@ _SAMPLED_COLUMNS = ("key", "value")
 _ZSTD = pa.Codec("zstd")  # the level the Parquet writer uses
 
 
-def _write_parquet(table: pa.Table, sink: pa.NativeFile) -> None:
+def _write_parquet(
+    table: pa.Table, sink: pa.NativeFile, samples: dict[str, bool] | None = None
+) -> None:
     leaves = _leaf_paths(table.schema)
     pq.write_table(
         table,
         sink,
-        compression=_compression(table, leaves),
+        compression=_compression(table, leaves, samples),
         use_dictionary=[p for p in leaves if p == "timestamp" or _is_header_key(p)],
         write_statistics=["timestamp", OFFSET_COLUMN],  # offsets: a merged segment's
     )
 
 
-def _compression(table: pa.Table, leaves: tuple[str, ...]) -> str | dict[str, str]:
-    """zstd, except for the sampled columns it would not shrink (stored uncompressed)."""
-    plain = [
-        name
-        for name in _SAMPLED_COLUMNS
-        if name in table.column_names and not _compression_pays(table.column(name))
-    ]
+def _compression(
+    table: pa.Table, leaves: tuple[str, ...], samples: dict[str, bool] | None = None
+) -> str | dict[str, str]:
+    """zstd, except for the sampled columns it would not shrink (stored uncompressed);
+    ``samples``: the decisions already made for the same rows (see :func:`encode_table`)."""
+    plain = []
+    for name in _SAMPLED_COLUMNS:
+        if name not in table.column_names:
+            continue
+        pays = None if samples is None else samples.get(name)
+        if pays is None:
+            pays = _compression_pays(table.column(name))
+            if pays is not None and samples is not None:
+                samples[name] = pays
+        if pays is False:
+            plain.append(name)
     if not plain:
         return "zstd"
     codecs = dict.fromkeys(leaves, "zstd")  # a column missing from the map is not compressed
@@ -168,12 +185,13 @@ def _compression(table: pa.Table, leaves: tuple[str, ...]) -> str | dict[str, st
     return codecs
 
 
-def _compression_pays(column: pa.ChunkedArray) -> bool:
+def _compression_pays(column: pa.ChunkedArray) -> bool | None:
     """Whether zstd saves at least :data:`MIN_COMPRESSION_SAVING` on the column's first
-    :data:`COMPRESSION_SAMPLE_BYTES` (True for a column with fewer, or not binary)."""
+    :data:`COMPRESSION_SAMPLE_BYTES`; ``None`` (no sample: compressed) for a column with
+    fewer, or not binary."""
     sample = _leading_bytes(column, COMPRESSION_SAMPLE_BYTES)
     if sample is None:
-        return True
+        return None
     return _ZSTD.compress(sample).size <= (1 - MIN_COMPRESSION_SAVING) * len(sample)
 
 
