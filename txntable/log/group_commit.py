@@ -1341,13 +1341,18 @@ class GroupCommit:
         lease when it expires (at W=256 those reads were ~0.23 requests per transaction).
         Only the lease followed is extended (same owner and epoch): a record never makes a
         writer follow a committer, and a stall still reads the lease (a released one)."""
-        seen = self._seen
-        lease = _record_lease(data) if seen is not None else None
-        if seen is None or lease is None:
+        lease = _record_lease(data) if self._seen is not None else None
+        if lease is None:
             return
         owner, epoch, expires_ms = lease
-        if (owner, epoch) == (seen.owner, seen.epoch) and expires_ms > seen.expires_ms:
-            self._seen = replace(seen, expires_ms=expires_ms)
+        # Under the lock: another thread of this handle may have followed another lease, or
+        # become the committer, since the read above; the extension must not undo that.
+        with self._lock:
+            seen = self._seen
+            if seen is None or (owner, epoch) != (seen.owner, seen.epoch):
+                return
+            if expires_ms > seen.expires_ms:
+                self._seen = replace(seen, expires_ms=expires_ms)
 
     def _next_look(self, poll: float, longest: float) -> float:
         """Seconds until a waiting writer's next look at the record: ``poll``, or later when
